@@ -1,0 +1,3 @@
+module github.com/pglocks/pglocks
+
+go 1.25.0
