@@ -1,0 +1,77 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TerminateBackend terminates the server process (backend) pid with
+// pg_terminate_backend, as an operator or a failover would, and returns only
+// once the backend is gone from pg_stat_activity: the session's next query
+// fails and everything it held, session advisory locks included, is free.
+// ctx bounds the whole wait. Terminating a pid that does not exist is an
+// error.
+func (s *Server) TerminateBackend(ctx context.Context, pid uint32) error {
+	conn, err := pgx.Connect(ctx, s.adminDSN)
+	if err != nil {
+		return fmt.Errorf("pgtest: terminate backend %d: %w", pid, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var ok bool
+	if err := conn.QueryRow(ctx, "select pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil {
+		return fmt.Errorf("pgtest: terminate backend %d: %w", pid, err)
+	}
+	if !ok {
+		return fmt.Errorf("pgtest: terminate backend %d: no such backend", pid)
+	}
+	return waitGone(ctx, conn, []int32{int32(pid)})
+}
+
+// TerminateApplication terminates every backend, other than the caller's,
+// whose application_name is name, and returns how many it terminated once
+// all of them are gone (see [Server.TerminateBackend]).
+func (s *Server) TerminateApplication(ctx context.Context, name string) (int, error) {
+	conn, err := pgx.Connect(ctx, s.adminDSN)
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `select pid from pg_stat_activity
+		where application_name = $1 and pid <> pg_backend_pid() and pg_terminate_backend(pid)`, name)
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
+	}
+	return len(pids), waitGone(ctx, conn, pids)
+}
+
+// waitGone waits until none of pids is in pg_stat_activity any more. A
+// terminated backend leaves within milliseconds; the loop polls briefly.
+func waitGone(ctx context.Context, conn *pgx.Conn, pids []int32) error {
+	if len(pids) == 0 {
+		return nil
+	}
+	delay := 500 * time.Microsecond
+	for {
+		var left int
+		err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = any($1)", pids).Scan(&left)
+		if err != nil {
+			return fmt.Errorf("pgtest: wait for terminated backends %v: %w", pids, err)
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgtest: backends %v still present: %w", pids, context.Cause(ctx))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}
