@@ -1,0 +1,173 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/ory/dockertest/v3"
+	dc "github.com/ory/dockertest/v3/docker"
+)
+
+// dockerExpire is how long a container may live: dockertest kills it then
+// even if every other cleanup failed.
+const dockerExpire = 2 * 60 * 60 // seconds
+
+// docker is a throwaway server in a container.
+type docker struct {
+	pool     *dockertest.Pool
+	resource *dockertest.Resource
+	reaper   *reaper
+	dsn      string
+	port     int
+}
+
+func startDocker(ctx context.Context, cfg config) (*Server, error) {
+	pool, err := dockertest.NewPool("")
+	if err != nil {
+		return nil, fmt.Errorf("no Docker client: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := pool.Client.PingWithContext(pingCtx); err != nil {
+		return nil, fmt.Errorf("no Docker daemon answers at %s: %w", pool.Client.Endpoint(), err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	res, err := pool.RunWithOptions(dockerRunOptions(cfg, port), func(hc *dc.HostConfig) {
+		hc.AutoRemove = true
+		hc.RestartPolicy = dc.RestartPolicy{Name: "no"}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", cfg.image, err)
+	}
+	d := &docker{pool: pool, resource: res, port: port,
+		dsn: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", port)}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = d.close()
+		}
+	}()
+	if d.reaper, err = startReaper("", res.Container.ID); err != nil {
+		return nil, err
+	}
+	if err := res.Expire(dockerExpire); err != nil {
+		return nil, err
+	}
+	pool.MaxWait = 2 * time.Minute
+	if err := pool.Retry(func() error { return ping(ctx, d.dsn) }); err != nil {
+		return nil, fmt.Errorf("container %s not ready: %w", shortID(res.Container.ID), err)
+	}
+	s := &Server{mode: ModeDocker, cfg: cfg, adminDSN: d.dsn, backend: d}
+	if err := s.init(ctx, "pgtest_template"); err != nil {
+		return nil, fmt.Errorf("container %s: %w", shortID(res.Container.ID), err)
+	}
+	ok = true
+	return s, nil
+}
+
+// dockerRunOptions runs the image with PID 1 a loop that starts PostgreSQL
+// again whenever it exits, so that Restart can stop the server inside the
+// container without the container (AutoRemove) going away. The host port is
+// fixed, so a DSN stays valid across restarts.
+func dockerRunOptions(cfg config, hostPort int) *dockertest.RunOptions {
+	repo, tag := splitImage(cfg.image)
+	args := []string{
+		"-c", "fsync=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=" + strconv.Itoa(cfg.maxConns),
+		"-c", "max_locks_per_transaction=128",
+	}
+	return &dockertest.RunOptions{
+		Repository: repo,
+		Tag:        tag,
+		Env:        []string{"POSTGRES_HOST_AUTH_METHOD=trust", "POSTGRES_INITDB_ARGS=--no-sync"},
+		Entrypoint: []string{"/bin/sh", "-c", `while :; do docker-entrypoint.sh postgres "$@"; done`, "pgtest"},
+		Cmd:        args,
+		Labels:     map[string]string{"org.pglocks.pgtest": "1"},
+		PortBindings: map[dc.Port][]dc.PortBinding{
+			"5432/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(hostPort)}},
+		},
+	}
+}
+
+// splitImage splits "repo:tag" (the repo may hold a registry host:port).
+func splitImage(image string) (repo, tag string) {
+	i := strings.LastIndexByte(image, ':')
+	if i < 0 || strings.ContainsRune(image[i:], '/') {
+		return image, "latest"
+	}
+	return image[:i], image[i+1:]
+}
+
+func shortID(id string) string { return id[:min(12, len(id))] }
+
+func ping(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+// restart stops the postmaster inside the container (a fast shutdown); the
+// entrypoint loop starts it again. Done when a new postmaster answers.
+func (d *docker) restart(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, d.dsn)
+	if err != nil {
+		return err
+	}
+	var before time.Time
+	err = conn.QueryRow(ctx, "select pg_postmaster_start_time()").Scan(&before)
+	_ = conn.Close(ctx)
+	if err != nil {
+		return err
+	}
+	code, err := d.resource.Exec([]string{"sh", "-c", `kill -INT "$(head -n 1 "$PGDATA/postmaster.pid")"`}, dockertest.ExecOptions{})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("signal postmaster in container %s: exit status %d", shortID(d.resource.Container.ID), code)
+	}
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		if started, err := startTime(ctx, d.dsn); err == nil && started.After(before) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(errors.New("server did not come back"), context.Cause(ctx))
+		case <-time.After(delay):
+		}
+	}
+}
+
+func startTime(ctx context.Context, dsn string) (time.Time, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer conn.Close(ctx)
+	var t time.Time
+	err = conn.QueryRow(ctx, "select pg_postmaster_start_time()").Scan(&t)
+	return t, err
+}
+
+func (d *docker) close() error {
+	err := d.pool.Purge(d.resource)
+	if d.reaper != nil {
+		d.reaper.dismiss()
+	}
+	return err
+}
+
+func (d *docker) describe() string {
+	return fmt.Sprintf("127.0.0.1:%d (container %s)", d.port, shortID(d.resource.Container.ID))
+}

@@ -1,0 +1,263 @@
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// local is a throwaway cluster run from local binaries in a temp dir.
+type local struct {
+	bindir string
+	dir    string // temp dir: data/, the socket, postgres.log
+	port   int
+	cred   *syscall.Credential // run as this user when we are root
+	args   []string
+	reaper *reaper
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+func startLocal(ctx context.Context, cfg config) (*Server, error) {
+	bindir, err := findBinDir()
+	if err != nil {
+		return nil, err
+	}
+	l := &local{bindir: bindir}
+	if os.Geteuid() == 0 {
+		if l.cred, err = unprivilegedUser(); err != nil {
+			return nil, err
+		}
+	}
+	if l.dir, err = os.MkdirTemp("", "pgtest-"); err != nil {
+		return nil, err
+	}
+	// From here on the watchdog removes the dir should this process die.
+	if l.reaper, err = startReaper(l.dir, ""); err != nil {
+		os.RemoveAll(l.dir)
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			l.close()
+		}
+	}()
+	if l.cred != nil {
+		if err := os.Chown(l.dir, int(l.cred.Uid), int(l.cred.Gid)); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.initdb(ctx); err != nil {
+		return nil, err
+	}
+	l.args = []string{
+		"-D", filepath.Join(l.dir, "data"),
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_directories=" + l.dir,
+		"-c", "max_connections=" + strconv.Itoa(cfg.maxConns),
+		"-c", "max_locks_per_transaction=128",
+		"-c", "fsync=off",
+		"-c", "full_page_writes=off",
+		"-c", "shared_buffers=64MB",
+		"-c", "log_min_messages=warning",
+	}
+	// A free port can be taken between our probe and postgres' bind; retry.
+	for attempt := 0; ; attempt++ {
+		if l.port, err = freePort(); err != nil {
+			return nil, err
+		}
+		err = l.start(ctx)
+		if err == nil || attempt == 4 || !strings.Contains(err.Error(), "could not bind") {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		mode:     ModeLocal,
+		cfg:      cfg,
+		adminDSN: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", l.port),
+		backend:  l,
+	}
+	if err := s.init(ctx, "pgtest_template"); err != nil {
+		return nil, fmt.Errorf("local server: %w", err)
+	}
+	ok = true
+	return s, nil
+}
+
+// findBinDir finds a directory holding initdb and postgres: PATH, then
+// `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin.
+func findBinDir() (string, error) {
+	var dirs []string
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dirs = append(dirs, filepath.Dir(p))
+	}
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dirs = append(dirs, strings.TrimSpace(string(out)))
+	}
+	versioned, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(versioned, func(i, j int) bool { return pgMajor(versioned[i]) > pgMajor(versioned[j]) })
+	dirs = append(dirs, versioned...)
+	for _, d := range dirs {
+		if isExecutable(filepath.Join(d, "initdb")) && isExecutable(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	return "", errors.New("no initdb and postgres found on PATH, in `pg_config --bindir` or /usr/lib/postgresql/*/bin")
+}
+
+func pgMajor(bindir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(bindir)))
+	return n
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// unprivilegedUser is who runs initdb and postgres when we are root, since
+// both refuse to run as root: the postgres user, else nobody.
+func unprivilegedUser() (*syscall.Credential, error) {
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	}
+	return nil, errors.New("running as root, and initdb refuses root: no postgres or nobody user to run it as")
+}
+
+func (l *local) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(l.bindir, name), args...)
+	// Its own process group: a terminal's SIGINT goes to the test binary,
+	// which cleans up, not straight to postgres.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: l.cred}
+	cmd.Dir = l.dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	return cmd
+}
+
+func (l *local) initdb(ctx context.Context) error {
+	cmd := l.command(ctx, "initdb", "-D", filepath.Join(l.dir, "data"),
+		"-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// start runs postgres on l.port and waits until it accepts connections.
+func (l *local) start(ctx context.Context) error {
+	logPath := filepath.Join(l.dir, "postgres.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	// Not CommandContext: the server outlives ctx, which bounds only the start.
+	cmd := l.command(context.Background(), "postgres", append(l.args, "-p", strconv.Itoa(l.port))...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	l.mu.Lock()
+	l.cmd, l.done = cmd, done
+	l.mu.Unlock()
+
+	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", l.port)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			_ = conn.Close(ctx)
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("postgres exited at start: %s", tail(logPath))
+		case <-ctx.Done():
+			l.stop(syscall.SIGQUIT)
+			return fmt.Errorf("postgres not ready: %w: %s", context.Cause(ctx), tail(logPath))
+		case <-time.After(delay):
+		}
+	}
+}
+
+// stop signals the postmaster (SIGINT: fast shutdown, SIGQUIT: immediate)
+// and waits for it to exit.
+func (l *local) stop(sig syscall.Signal) {
+	l.mu.Lock()
+	cmd, done := l.cmd, l.done
+	l.cmd = nil
+	l.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (l *local) restart(ctx context.Context) error {
+	l.stop(syscall.SIGINT)
+	return l.start(ctx)
+}
+
+func (l *local) close() error {
+	l.stop(syscall.SIGQUIT)
+	err := os.RemoveAll(l.dir)
+	l.reaper.dismiss()
+	return err
+}
+
+func (l *local) describe() string {
+	return fmt.Sprintf("127.0.0.1:%d (%s, data in %s)", l.port, l.bindir, l.dir)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tail returns the end of the server log, for error messages.
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
