@@ -39,8 +39,10 @@ func (s *Server) TerminateApplication(ctx context.Context, name string) (int, er
 		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	// Find first, then terminate: the planner may evaluate a
+	// pg_terminate_backend in a WHERE clause before the other conditions.
 	rows, err := conn.Query(ctx, `select pid from pg_stat_activity
-		where application_name = $1 and pid <> pg_backend_pid() and pg_terminate_backend(pid)`, name)
+		where application_name = $1 and pid <> pg_backend_pid()`, name)
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
 	}
@@ -48,7 +50,11 @@ func (s *Server) TerminateApplication(ctx context.Context, name string) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
 	}
-	return len(pids), waitGone(ctx, conn, pids)
+	var n int
+	if err := conn.QueryRow(ctx, "select count(*) from unnest($1::int4[]) pid where pg_terminate_backend(pid)", pids).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
+	}
+	return n, waitGone(ctx, conn, pids)
 }
 
 // waitGone waits until none of pids is in pg_stat_activity any more. A

@@ -104,9 +104,16 @@ func startLocal(ctx context.Context, cfg config) (*Server, error) {
 	return s, nil
 }
 
-// findBinDir finds a directory holding initdb and postgres: PATH, then
-// `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin.
+// findBinDir finds a directory holding initdb and postgres: PGTEST_BINDIR
+// alone when set, else PATH, then `pg_config --bindir`, then the newest
+// /usr/lib/postgresql/*/bin.
 func findBinDir() (string, error) {
+	if dir := os.Getenv("PGTEST_BINDIR"); dir != "" {
+		if isExecutable(filepath.Join(dir, "initdb")) && isExecutable(filepath.Join(dir, "postgres")) {
+			return dir, nil
+		}
+		return "", fmt.Errorf("PGTEST_BINDIR=%s holds no initdb and postgres", dir)
+	}
 	var dirs []string
 	if p, err := exec.LookPath("initdb"); err == nil {
 		dirs = append(dirs, filepath.Dir(p))

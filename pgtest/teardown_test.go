@@ -1,0 +1,173 @@
+package pgtest_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pglocks/pglocks/pgtest"
+)
+
+// TestTeardownChild is the child process of TestTeardown: it starts its own
+// local server, reports where, and then dies as PGTEST_CHILD_FAULT says.
+func TestTeardownChild(t *testing.T) {
+	fault := os.Getenv("PGTEST_CHILD_FAULT")
+	if fault == "" {
+		t.Skip("helper process of TestTeardown")
+	}
+	db := pgtest.New(t)
+	var dataDir string
+	if err := db.Conn(t).QueryRow(ctxT(t, time.Minute), "show data_directory").Scan(&dataDir); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("DATADIR=%s\n", dataDir)
+	if fault == "panic" {
+		panic("pgtest child: a deliberate panic")
+	}
+	// timeout, sigint, sigkill: wait to be killed.
+	<-time.After(time.Hour)
+}
+
+// TestTeardown proves that a throwaway server leaves nothing behind — no
+// postgres process, no temp dir — when its test binary panics, times out,
+// gets SIGINT or is SIGKILLed.
+func TestTeardown(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	for _, fault := range []string{"panic", "timeout", "sigint", "sigkill"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t, 2*time.Minute)
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTeardownChild$", "-test.v", "-test.timeout=10s")
+			cmd.Env = append(withoutEnv(os.Environ(), "PGTEST_DSN"),
+				"PGTEST_CHILD_FAULT="+fault, "PGTEST_DOCKER=0")
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = cmd.Stdout
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var dataDir string
+			var log strings.Builder
+			sc := bufio.NewScanner(out)
+			for dataDir == "" && sc.Scan() {
+				log.WriteString(sc.Text() + "\n")
+				if v, ok := strings.CutPrefix(sc.Text(), "DATADIR="); ok {
+					dataDir = v
+				}
+			}
+			if dataDir == "" {
+				_ = cmd.Wait()
+				t.Fatalf("child never reported its data directory:\n%s", log.String())
+			}
+			pids := serverPIDs(t, dataDir)
+			switch fault {
+			case "sigint":
+				_ = cmd.Process.Signal(syscall.SIGINT)
+			case "sigkill":
+				_ = cmd.Process.Kill()
+			}
+			for sc.Scan() { // drain until the child exits
+			}
+			if err := cmd.Wait(); err == nil {
+				t.Fatalf("child exited cleanly; the %s fault did not happen", fault)
+			}
+			tempDir := filepath.Dir(dataDir)
+			waitFor(t, ctx, func() bool {
+				_, err := os.Stat(tempDir)
+				return os.IsNotExist(err) && !anyAlive(pids)
+			}, func() string {
+				return fmt.Sprintf("after %s: temp dir %s or server processes %v remain", fault, tempDir, pids)
+			})
+		})
+	}
+}
+
+// serverPIDs returns the postmaster of dataDir and its children.
+func serverPIDs(t *testing.T, dataDir string) []int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	postmaster, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := []int{postmaster}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		pid, ppid, _, ok := procStat(f)
+		if ok && ppid == postmaster {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) < 2 {
+		t.Fatalf("postmaster %d has no child processes; cannot check them", postmaster)
+	}
+	return pids
+}
+
+// procStat reads pid, ppid and state from a /proc/N/stat file.
+func procStat(path string) (pid, ppid int, state byte, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, 0, false
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 2 {
+		return 0, 0, 0, false
+	}
+	pid, _ = strconv.Atoi(strings.Fields(s)[0])
+	ppid, _ = strconv.Atoi(fields[1])
+	return pid, ppid, fields[0][0], true
+}
+
+// anyAlive reports whether any of pids runs (a zombie does not).
+func anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		if _, _, state, ok := procStat(fmt.Sprintf("/proc/%d/stat", pid)); ok && state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+func withoutEnv(env []string, name string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or ctx ends; then it fails with msg().
+func waitFor(t *testing.T, ctx context.Context, cond func() bool, msg func() string) {
+	t.Helper()
+	for delay := time.Millisecond; !cond(); delay = min(2*delay, 100*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			t.Fatal(msg())
+		case <-time.After(delay):
+		}
+	}
+}
