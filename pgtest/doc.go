@@ -1,0 +1,83 @@
+// Package pgtest gives tests — pglocks' own and yours — a real PostgreSQL
+// server, a fresh database per test, and the means to break them: terminate
+// a backend, restart the server, cut or delay the network through a proxy.
+//
+// # Finding a server
+//
+// One server serves a whole test binary, found in this order:
+//
+//  1. PGTEST_DSN: a running server you name (a superuser connection
+//     string). pgtest creates and drops databases there and leaves it
+//     running; tests that need a private server are skipped.
+//  2. Docker, through github.com/ory/dockertest/v3, when a daemon answers:
+//     image PGTEST_IMAGE, else postgres:16-alpine. The container is
+//     AutoRemove, expires after two hours whatever happens, and is ready
+//     when a connection succeeds (dockertest's Pool.Retry). PGTEST_DOCKER=0
+//     skips this step.
+//  3. Local binaries: initdb and postgres from PGTEST_BINDIR, else PATH, else
+//     `pg_config --bindir`, else the newest /usr/lib/postgresql/*/bin. The
+//     cluster lives in a temp dir with its Unix socket, listens on a free
+//     loopback port, runs with fsync off and max_connections 500, and — when
+//     the tests run as root, which initdb refuses — as the postgres user.
+//
+// When none works, the error names all three ways and why each failed. In
+// -short mode without PGTEST_DSN, tests that need a server are skipped.
+//
+// [Start] is the same search outside tests: examples and command-line tools
+// use it to run on a throwaway server when no DSN is given.
+//
+// # Isolation and teardown
+//
+// [New] gives each test its own database, cloned from a template (see
+// [WithTemplate]) and dropped when the test ends; a failed test's database is
+// kept, and its DSN logged, for as long as the server lives.
+//
+// A throwaway server is removed — processes, files, container — by
+// [Server.Close], which [Main] calls after the tests. Should the test binary
+// die first (a panic, a -timeout, SIGINT, SIGKILL), a watchdog process
+// started with the server notices its pipe close and removes the server
+// instead. The package's own tests prove this with child test binaries.
+//
+// # Faults
+//
+// [Server.TerminateBackend] and [Server.TerminateApplication] end sessions
+// the way an operator or a failover does, and return once they are gone.
+// [Server.Restart] stops and starts a throwaway server on the same address;
+// restart tests should use their own server from [NewServer]. A [Proxy]
+// stands between clients and the server: it passes, delays, blackholes or
+// resets their connections.
+//
+// The proxy is our own, about two hundred lines, rather than an embedded
+// Toxiproxy: we need four behaviours applied to every connection at once,
+// switched synchronously from test code. Toxiproxy would bring an HTTP API,
+// a toxic scheduler and its dependency tree for that, and its timeout toxic
+// closes connections where we want them held.
+//
+// # Use
+//
+// The whole of a package's TestMain, with goleak checking after pgtest's own
+// goroutines are gone:
+//
+//	func TestMain(m *testing.M) {
+//		goleak.VerifyTestMain(pgtest.WrapMain(m))
+//	}
+//
+// or simply:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// A test:
+//
+//	func TestSomething(t *testing.T) {
+//		t.Parallel()
+//		db := pgtest.New(t)          // a fresh database, dropped at cleanup
+//		pool := db.NewPool(t)        // closed at cleanup
+//		p, viaProxy := db.Proxy(t)   // a proxy in front of the server
+//		...
+//		p.Blackhole()                // now queries through viaProxy hang
+//		db.Server.TerminateBackend(ctx, pid)
+//	}
+//
+// Environment: PGTEST_DSN, PGTEST_IMAGE, PGTEST_DOCKER, PGTEST_BINDIR, and
+// Docker's own DOCKER_HOST.
+package pgtest
