@@ -55,7 +55,7 @@ func startDocker(ctx context.Context, cfg config) (*Server, error) {
 			_ = d.close()
 		}
 	}()
-	if d.reaper, err = startReaper("", res.Container.ID); err != nil {
+	if d.reaper, err = startReaper("", res.Container.ID, ""); err != nil {
 		return nil, err
 	}
 	if err := res.Expire(dockerExpire); err != nil {

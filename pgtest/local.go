@@ -49,7 +49,7 @@ func startLocal(ctx context.Context, cfg config) (*Server, error) {
 		return nil, err
 	}
 	// From here on the watchdog removes the dir should this process die.
-	if l.reaper, err = startReaper(l.dir, ""); err != nil {
+	if l.reaper, err = startReaper(l.dir, "", ""); err != nil {
 		os.RemoveAll(l.dir)
 		return nil, err
 	}
@@ -67,9 +67,22 @@ func startLocal(ctx context.Context, cfg config) (*Server, error) {
 	if err := l.initdb(ctx); err != nil {
 		return nil, err
 	}
+	// Listen beyond loopback only for partitionable proxies' namespaces
+	// (see partition.go); pg_hba.conf rejects every other address.
+	hba, err := os.OpenFile(filepath.Join(l.dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, err = hba.WriteString("host all all " + partitionSubnet + " trust\n")
+	if cerr := hba.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
 	l.args = []string{
 		"-D", filepath.Join(l.dir, "data"),
-		"-c", "listen_addresses=127.0.0.1",
+		"-c", "listen_addresses=*",
 		"-c", "unix_socket_directories=" + l.dir,
 		"-c", "max_connections=" + strconv.Itoa(cfg.maxConns),
 		"-c", "max_locks_per_transaction=128",

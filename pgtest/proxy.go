@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -23,9 +24,12 @@ import (
 // delivers after a partition heals. Clients see a query hang until their own
 // deadline. The server does not notice: the proxy's kernel still
 // acknowledges its packets, so server-side keepalives find the peer alive.
+// For a fault the server notices too, make the proxy [Partitionable] and
+// call [Proxy.Partition].
 type Proxy struct {
 	ln     net.Listener
 	target string
+	link   *netLink // nil unless Partitionable
 
 	mu      sync.Mutex
 	hole    bool
@@ -44,24 +48,60 @@ type link struct {
 	once           sync.Once
 }
 
+// ProxyOption configures [StartProxy].
+type ProxyOption func(*proxyConfig)
+
+type proxyConfig struct{ partitionable bool }
+
+// Partitionable makes [Proxy.Partition] possible: the proxy's connections to
+// the server leave from a private network namespace through a veth pair, so
+// that a partition can drop their packets in the kernel. It needs root (or
+// CAP_NET_ADMIN), the ip and tc commands, and a server that listens beyond
+// loopback — pgtest's local-mode servers do, for the 10.251.0.0/16 range it
+// uses. Otherwise StartProxy fails with an error wrapping [ErrUnsupported].
+func Partitionable() ProxyOption { return func(c *proxyConfig) { c.partitionable = true } }
+
 // StartProxy listens on a free loopback port and forwards every connection
 // to target (host:port). Close it when done.
-func StartProxy(target string) (*Proxy, error) {
+func StartProxy(target string, opts ...ProxyOption) (*Proxy, error) {
+	var cfg proxyConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p := &Proxy{target: target, changed: make(chan struct{}), links: map[*link]struct{}{}}
+	if cfg.partitionable {
+		_, port, err := net.SplitHostPort(target)
+		if err != nil {
+			return nil, err
+		}
+		if p.link, err = newNetLink(); err != nil {
+			return nil, err
+		}
+		// From inside the namespace the server is at the root side's address.
+		p.target = net.JoinHostPort(p.link.rootIP, port)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		if p.link != nil {
+			p.link.close()
+		}
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, changed: make(chan struct{}), links: map[*link]struct{}{}}
+	p.ln = ln
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
 }
 
-// NewProxy is [StartProxy] for a test: it fails the test on error and closes
-// the proxy when the test ends.
-func NewProxy(t testing.TB, target string) *Proxy {
+// NewProxy is [StartProxy] for a test: it fails the test on error — skips
+// it, when a [Partitionable] proxy is impossible here — and closes the proxy
+// when the test ends.
+func NewProxy(t testing.TB, target string, opts ...ProxyOption) *Proxy {
 	t.Helper()
-	p, err := StartProxy(target)
+	p, err := StartProxy(target, opts...)
+	if errors.Is(err, ErrUnsupported) {
+		t.Skip(err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,12 +109,33 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	return p
 }
 
+// Partition cuts the network between the proxy and the server for real:
+// every packet, both ways, is dropped by the kernel without a reset, so the
+// server's keepalives and tcp_user_timeout — not only the client's deadlines
+// — see the peer vanish. Clients are cut off too. [Proxy.Pass] heals it. The
+// proxy must be [Partitionable].
+func (p *Proxy) Partition() error {
+	if p.link == nil {
+		return fmt.Errorf("pgtest: Partition on a proxy made without Partitionable: %w", ErrUnsupported)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.link.cut()
+}
+
 // Addr returns the proxy's listening address, host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Pass forwards traffic again, with no added latency, delivering whatever a
-// blackhole held.
-func (p *Proxy) Pass() { p.set(false, 0) }
+// blackhole held, and heals a partition.
+func (p *Proxy) Pass() {
+	p.set(false, 0)
+	if p.link != nil {
+		p.mu.Lock()
+		_ = p.link.heal()
+		p.mu.Unlock()
+	}
+}
 
 // Blackhole stops forwarding in both directions while keeping every
 // connection open, new ones included.
@@ -131,6 +192,9 @@ func (p *Proxy) Close() error {
 	err := p.ln.Close()
 	p.Reset()
 	p.wg.Wait()
+	if p.link != nil {
+		p.link.close()
+	}
 	return err
 }
 
@@ -141,7 +205,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return // closed
 		}
-		s, err := net.Dial("tcp", p.target)
+		s, err := p.dial()
 		if err != nil {
 			_ = c.Close()
 			continue
@@ -159,6 +223,16 @@ func (p *Proxy) accept() {
 		go p.pump(l, c, s)
 		go p.pump(l, s, c)
 	}
+}
+
+func (p *Proxy) dial() (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if p.link != nil {
+		return p.link.dial(ctx, p.target)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", p.target)
 }
 
 // chunk is data read at a time, to be written at at + latency.
@@ -268,13 +342,20 @@ func (s *Server) Addr() (string, error) {
 // Proxy starts a [Proxy] in front of the database's server, closed when the
 // test ends, and returns it with a DSN that connects to the database through
 // it.
-func (d *DB) Proxy(t testing.TB) (p *Proxy, dsn string) {
+func (d *DB) Proxy(t testing.TB, opts ...ProxyOption) (p *Proxy, dsn string) {
 	t.Helper()
 	addr, err := d.Server.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p = NewProxy(t, addr)
+	var cfg proxyConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.partitionable && d.Server.Mode() != ModeLocal {
+		t.Skipf("pgtest: a partitionable proxy needs a local-mode server, not %s", d.Server.Mode())
+	}
+	p = NewProxy(t, addr, opts...)
 	dsn, err = ViaProxy(d.DSN, p)
 	if err != nil {
 		t.Fatal(err)

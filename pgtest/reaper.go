@@ -11,7 +11,7 @@ import (
 // removed in-process. End of file means this process died without cleaning
 // up — a panic, a test timeout, SIGINT, SIGKILL — so the script removes
 // what it was told to: the postmaster (an immediate shutdown, which also
-// ends every backend), the temp dir, the container.
+// ends every backend), the temp dir, the container, the network namespace.
 const reaperScript = `
 read -r line
 [ "$line" = done ] && exit 0
@@ -28,6 +28,9 @@ if [ -n "$dir" ]; then
 	fi
 	rm -rf "$dir"
 fi
+if [ -n "$PGTEST_REAP_NETNS" ]; then
+	ip netns del "$PGTEST_REAP_NETNS" 2>/dev/null
+fi
 if [ -n "$PGTEST_REAP_CONTAINER" ] && command -v docker >/dev/null; then
 	docker rm -f -v "$PGTEST_REAP_CONTAINER" >/dev/null 2>&1
 fi
@@ -42,10 +45,11 @@ type reaper struct {
 }
 
 // startReaper starts a watchdog that removes dir (and the postmaster running
-// in dir/data) or the Docker container id once this process is gone.
-func startReaper(dir, container string) (*reaper, error) {
+// in dir/data), the Docker container id or the network namespace netns once
+// this process is gone. Empty arguments name nothing to remove.
+func startReaper(dir, container, netns string) (*reaper, error) {
 	cmd := exec.Command("/bin/sh", "-c", reaperScript)
-	cmd.Env = append(os.Environ(), "PGTEST_REAP_DIR="+dir, "PGTEST_REAP_CONTAINER="+container)
+	cmd.Env = append(os.Environ(), "PGTEST_REAP_DIR="+dir, "PGTEST_REAP_CONTAINER="+container, "PGTEST_REAP_NETNS="+netns)
 	// Its own process group, so a terminal's SIGINT does not kill it
 	// together with the test binary it watches.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

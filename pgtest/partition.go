@@ -1,0 +1,208 @@
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// partitionSubnet is where links live: each takes a /30, the root side .1
+// and the namespace side .2. A throwaway local server accepts connections
+// from it (pg_hba.conf) besides loopback.
+const partitionSubnet = "10.251.0.0/16"
+
+// netLink is a private network namespace joined to ours by a veth pair. A
+// proxy's upstream sockets are created inside it, so the server's peer sits
+// behind a real network interface whose packets can be dropped.
+type netLink struct {
+	ns             string // network namespace name, under /run/netns
+	rootIf, nsIf   string // veth ends
+	rootIP, nsIP   string
+	reaper         *reaper
+	partitioned    bool
+}
+
+// errNoPartition wraps every reason a partitionable proxy cannot be made.
+var errNoPartition = fmt.Errorf("pgtest: kernel-level partition unavailable (needs root or CAP_NET_ADMIN, ip and tc, and a local-mode server): %w", ErrUnsupported)
+
+// newNetLink creates a namespace and veth pair with permanent neighbour
+// entries (no ARP to fail during a partition).
+func newNetLink() (*netLink, error) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoPartition, err)
+	}
+	if _, err := exec.LookPath("tc"); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoPartition, err)
+	}
+	var lastErr error
+	for range 5 {
+		b := make([]byte, 2)
+		_, _ = rand.Read(b)
+		b[1] &^= 3 // a /30: .0 network, .1 root, .2 namespace
+		id := fmt.Sprintf("%02x%02x", b[0], b[1])
+		l := &netLink{
+			ns:     "pgtest-" + id,
+			rootIf: "pgt" + id + "r",
+			nsIf:   "pgt" + id + "n",
+			rootIP: fmt.Sprintf("10.251.%d.%d", b[0], b[1]+1),
+			nsIP:   fmt.Sprintf("10.251.%d.%d", b[0], b[1]+2),
+		}
+		if err := run("ip", "netns", "add", l.ns); err != nil {
+			lastErr = err // taken by another test process, or not permitted
+			continue
+		}
+		var err error
+		if l.reaper, err = startReaper("", "", l.ns); err != nil {
+			_ = run("ip", "netns", "del", l.ns)
+			return nil, err
+		}
+		if err := l.setup(); err != nil {
+			l.close()
+			return nil, fmt.Errorf("%w: %v", errNoPartition, err)
+		}
+		return l, nil
+	}
+	return nil, fmt.Errorf("%w: %v", errNoPartition, lastErr)
+}
+
+func (l *netLink) setup() error {
+	steps := [][]string{
+		{"ip", "link", "add", l.rootIf, "type", "veth", "peer", "name", l.nsIf},
+		{"ip", "link", "set", l.nsIf, "netns", l.ns},
+		{"ip", "addr", "add", l.rootIP + "/30", "dev", l.rootIf},
+		{"ip", "link", "set", l.rootIf, "up"},
+		{"ip", "-n", l.ns, "addr", "add", l.nsIP + "/30", "dev", l.nsIf},
+		{"ip", "-n", l.ns, "link", "set", l.nsIf, "up"},
+		{"ip", "-n", l.ns, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := run(s...); err != nil {
+			return err
+		}
+	}
+	rootMAC, err := os.ReadFile("/sys/class/net/" + l.rootIf + "/address")
+	if err != nil {
+		return err
+	}
+	nsMAC, err := output("ip", "-n", l.ns, "-o", "link", "show", l.nsIf)
+	if err != nil {
+		return err
+	}
+	mac := fieldAfter(nsMAC, "link/ether")
+	if mac == "" {
+		return fmt.Errorf("no MAC address for %s in %q", l.nsIf, nsMAC)
+	}
+	if err := run("ip", "neigh", "replace", l.nsIP, "lladdr", mac, "dev", l.rootIf, "nud", "permanent"); err != nil {
+		return err
+	}
+	return run("ip", "-n", l.ns, "neigh", "replace", l.rootIP, "lladdr",
+		strings.TrimSpace(string(rootMAC)), "dev", l.nsIf, "nud", "permanent")
+}
+
+// cut drops every packet on both veth ends (a pfifo queue of length zero),
+// silently: no RST, no ICMP, so both sides' TCP must time out on its own.
+func (l *netLink) cut() error {
+	if l.partitioned {
+		return nil
+	}
+	if err := run("tc", "qdisc", "replace", "dev", l.rootIf, "root", "pfifo", "limit", "0"); err != nil {
+		return err
+	}
+	if err := run("ip", "netns", "exec", l.ns, "tc", "qdisc", "replace", "dev", l.nsIf, "root", "pfifo", "limit", "0"); err != nil {
+		return err
+	}
+	l.partitioned = true
+	return nil
+}
+
+// heal removes the drop queues; TCP retransmits what was lost.
+func (l *netLink) heal() error {
+	if !l.partitioned {
+		return nil
+	}
+	err1 := run("tc", "qdisc", "del", "dev", l.rootIf, "root")
+	err2 := run("ip", "netns", "exec", l.ns, "tc", "qdisc", "del", "dev", l.nsIf, "root")
+	l.partitioned = false
+	return errors.Join(err1, err2)
+}
+
+// close deletes the namespace, which destroys the veth pair with it.
+func (l *netLink) close() {
+	_ = run("ip", "netns", "del", l.ns)
+	_ = run("ip", "link", "del", l.rootIf) // gone already, unless the move failed
+	l.reaper.dismiss()
+}
+
+// dial connects to addr from inside the namespace: the socket is created on
+// an OS thread switched into it, and keeps the namespace after the switch
+// back.
+func (l *netLink) dial(ctx context.Context, addr string) (net.Conn, error) {
+	target, err := os.Open("/run/netns/" + l.ns)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, err}
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, err}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} // else: the thread stays locked and exits with this goroutine.
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+func run(args ...string) error {
+	_, err := output(args...)
+	return err
+}
+
+func output(args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+// fieldAfter returns the whitespace-separated field after key in s.
+func fieldAfter(s, key string) string {
+	f := strings.Fields(s)
+	for i := range len(f) - 1 {
+		if f[i] == key {
+			return f[i+1]
+		}
+	}
+	return ""
+}
