@@ -24,11 +24,11 @@ const partitionSubnet = "10.251.0.0/16"
 // proxy's upstream sockets are created inside it, so the server's peer sits
 // behind a real network interface whose packets can be dropped.
 type netLink struct {
-	ns             string // network namespace name, under /run/netns
-	rootIf, nsIf   string // veth ends
-	rootIP, nsIP   string
-	reaper         *reaper
-	partitioned    bool
+	ns           string // network namespace name, under /run/netns
+	rootIf, nsIf string // veth ends
+	rootIP, nsIP string
+	reaper       *reaper
+	partitioned  bool
 }
 
 // errNoPartition wraps every reason a partitionable proxy cannot be made.
