@@ -1,0 +1,177 @@
+// Command singleflight shows duplicate requests, spread over several
+// processes, that compute an expensive result once: each request looks in a
+// cache table; on a miss it waits for the advisory lock on the key, looks
+// again — another process may have filled it meanwhile — and only then
+// computes and stores the result, under the lock.
+//
+//	go run ./examples/singleflight
+//
+// The processes are simulated by a pool and an [advisory.Locker] each, as
+// separate processes would have. With DATABASE_URL unset it runs on a
+// throwaway PostgreSQL.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/examples/internal/exampledb"
+)
+
+const (
+	processes = 3
+	requests  = 3 // per process, at once
+	// computeTime is how long the expensive computation takes.
+	computeTime = 300 * time.Millisecond
+)
+
+const schema = `
+create table if not exists singleflight_cache (
+	key         text primary key,
+	value       text not null,
+	computed_by text not null
+);`
+
+func main() { exampledb.Main(run) }
+
+// process is one process of the service.
+type process struct {
+	name     string
+	pool     *pgxpool.Pool
+	locker   *advisory.Locker
+	computed atomic.Int64 // how often this process computed
+}
+
+// source says where a value came from.
+type source int
+
+const (
+	hit      source = iota // in the cache already
+	waited                 // stored by another request while we waited for the lock
+	computed               // computed by this request
+)
+
+// get returns the value for key: from the cache, or computed once across all
+// processes.
+func (p *process) get(ctx context.Context, key string) (value string, from source, err error) {
+	if value, err = p.cached(ctx, key); !errors.Is(err, pgx.ErrNoRows) {
+		return value, hit, err
+	}
+	from = waited
+	err = p.locker.Do(ctx, pglocks.KeyOf("singleflight:"+key), func(ctx context.Context) error {
+		// Whoever held the lock before us may have stored it.
+		if value, err = p.cached(ctx, key); !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if value, err = p.compute(ctx, key); err != nil {
+			return err
+		}
+		from = computed
+		_, err := p.pool.Exec(ctx,
+			`insert into singleflight_cache (key, value, computed_by) values ($1, $2, $3)`, key, value, p.name)
+		return err
+	})
+	return value, from, err
+}
+
+func (p *process) cached(ctx context.Context, key string) (value string, err error) {
+	err = p.pool.QueryRow(ctx, `select value from singleflight_cache where key = $1`, key).Scan(&value)
+	return value, err
+}
+
+// compute is the expensive part.
+func (p *process) compute(ctx context.Context, key string) (string, error) {
+	p.computed.Add(1)
+	select {
+	case <-time.After(computeTime):
+		return strings.ToUpper(key), nil
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	}
+}
+
+// tally is what run saw.
+type tally struct {
+	Requests, Computed, Waited, Hits int
+	// Computations counts the calls of compute, in all processes.
+	Computations int64
+	Values       map[string]int
+}
+
+// run sends every process several concurrent requests for one key.
+func run(ctx context.Context, dsn string, out io.Writer) (res tally, err error) {
+	var ps []*process
+	defer func() {
+		for _, p := range ps {
+			_ = p.locker.Close(context.WithoutCancel(ctx))
+			p.pool.Close()
+		}
+	}()
+	for i := 1; i <= processes; i++ {
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			return res, err
+		}
+		locker, err := advisory.New(pool, advisory.Config{ApplicationName: fmt.Sprintf("singleflight-%d", i)})
+		if err != nil {
+			pool.Close()
+			return res, err
+		}
+		ps = append(ps, &process{name: fmt.Sprintf("process-%d", i), pool: pool, locker: locker})
+	}
+	if _, err := ps[0].pool.Exec(ctx, schema); err != nil {
+		return res, err
+	}
+	key := "quote:" + uuid.NewString()[:8]
+	fmt.Fprintf(out, "%d processes × %d concurrent requests for %q; computing takes %v\n", processes, requests, key, computeTime)
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
+	res.Values = map[string]int{}
+	start := time.Now()
+	for _, p := range ps {
+		for range requests {
+			wg.Go(func() {
+				v, from, err := p.get(ctx, key)
+				mu.Lock()
+				defer mu.Unlock()
+				res.Requests++
+				switch {
+				case err != nil:
+					errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
+				case from == computed:
+					res.Computed++
+					fmt.Fprintf(out, "%s computed %q under the lock and stored it\n", p.name, v)
+				case from == waited:
+					res.Waited++
+				default:
+					res.Hits++
+				}
+				res.Values[v]++
+			})
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	for _, p := range ps {
+		res.Computations += p.computed.Load()
+	}
+	fmt.Fprintf(out, "%d requests in %v: %d computed, %d reused the stored result (%d after waiting for the lock, %d from the cache at once)\n",
+		res.Requests, time.Since(start).Round(10*time.Millisecond), res.Computed, res.Waited+res.Hits, res.Waited, res.Hits)
+	return res, nil
+}

@@ -1,0 +1,193 @@
+package lease
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+const (
+	// DefaultSchema is the schema of the lease table unless Config.Schema
+	// names another.
+	DefaultSchema = "public"
+	// DefaultTable is the lease table's name unless Config.Table names
+	// another.
+	DefaultTable = "pglocks_leases"
+	// DefaultMaxTTL is the longest TTL a store accepts unless Config.MaxTTL
+	// says otherwise.
+	DefaultMaxTTL = 24 * time.Hour
+	// MinTTL is the shortest TTL any store accepts.
+	MinTTL = time.Millisecond
+	// MaxMaxTTL caps Config.MaxTTL: about ten years.
+	MaxMaxTTL = 10 * 365 * 24 * time.Hour
+	// MaxNameLen is the longest lease name, in bytes: well below the
+	// 2,704-byte limit of a btree index entry, and of a NOTIFY payload.
+	MaxNameLen = 1024
+	// maxIdentLen is PostgreSQL's NAMEDATALEN - 1.
+	maxIdentLen = 63
+)
+
+// Config configures a [Store]. The zero value is valid: every field has a
+// documented default.
+type Config struct {
+	// Schema is the schema of the lease table. It must be a plain SQL
+	// identifier: ASCII letters, digits and underscores, not starting with
+	// a digit, at most 63 bytes. Default: "public".
+	Schema string
+
+	// Table is the lease table's name, with the rules of Schema.
+	// Default: "pglocks_leases".
+	Table string
+
+	// Channel is the LISTEN/NOTIFY channel on which releases are announced
+	// to waiting [Store.Acquire] calls, with the rules of Schema. Stores
+	// sharing a table must share the channel. Default: Table.
+	Channel string
+
+	// MaxTTL is the longest TTL the store accepts; longer ones are refused
+	// as a likely unit mistake. At least [MinTTL], at most [MaxMaxTTL].
+	// Default: 24h.
+	MaxTTL time.Duration
+
+	// SafetyMargin is how long before the end of its TTL a holder stops
+	// trusting its lease locally: the lease is trusted until the send time
+	// of the last successful acquire or renew + TTL − SafetyMargin, on the
+	// monotonic clock. It absorbs clock-rate differences between client
+	// and server. Zero means TTL/10 for each lease; an explicit margin must
+	// be below MaxTTL, and each TTL must exceed it.
+	SafetyMargin time.Duration
+
+	// RenewFraction is the fraction of the TTL between two renewals by the
+	// keep-alive ([WithKeepAlive], [Store.Do]). It must be in (0, 0.5] so
+	// that a failed renewal leaves time for another. Default: 1/3.
+	RenewFraction float64
+
+	// Hostname is recorded in the hostname column of every lease this store
+	// acquires, for inspection. Default: os.Hostname().
+	Hostname string
+
+	// PID is recorded in the pid column. Default: os.Getpid().
+	PID int
+
+	// Now is the local clock, used only to measure durations (send time of
+	// a renewal, trust deadlines, timers); expiry itself is always decided
+	// by the server clock. It must return readings that carry Go's
+	// monotonic clock (time.Now() does, and so does time.Now().Add(skew)).
+	// Default: time.Now.
+	Now func() time.Time
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.Channel == "" {
+		c.Channel = c.Table
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = DefaultMaxTTL
+	}
+	if c.RenewFraction == 0 {
+		c.RenewFraction = 1.0 / 3
+	}
+	if c.Hostname == "" {
+		c.Hostname, _ = os.Hostname() // best effort: metadata only
+	}
+	if c.PID == 0 {
+		c.PID = os.Getpid()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// validate checks a Config after withDefaults; its errors name the field.
+func (c Config) validate() error {
+	for _, f := range []struct{ field, v string }{
+		{"Schema", c.Schema}, {"Table", c.Table}, {"Channel", c.Channel},
+	} {
+		if err := validIdent(f.v); err != nil {
+			return fmt.Errorf("%w: Config.%s: %w", ErrInvalidConfig, f.field, err)
+		}
+	}
+	switch {
+	case c.MaxTTL < MinTTL || c.MaxTTL > MaxMaxTTL:
+		return fmt.Errorf("%w: Config.MaxTTL %v is outside [%v, %v]", ErrInvalidConfig, c.MaxTTL, MinTTL, MaxMaxTTL)
+	case c.SafetyMargin < 0:
+		return fmt.Errorf("%w: Config.SafetyMargin %v is negative", ErrInvalidConfig, c.SafetyMargin)
+	case c.SafetyMargin >= c.MaxTTL:
+		return fmt.Errorf("%w: Config.SafetyMargin %v must be less than Config.MaxTTL %v", ErrInvalidConfig, c.SafetyMargin, c.MaxTTL)
+	case !(c.RenewFraction > 0 && c.RenewFraction <= 0.5):
+		return fmt.Errorf("%w: Config.RenewFraction %v is outside (0, 0.5]", ErrInvalidConfig, c.RenewFraction)
+	case c.PID < 0 || c.PID > 1<<31-1:
+		return fmt.Errorf("%w: Config.PID %d is not a process id", ErrInvalidConfig, c.PID)
+	}
+	return nil
+}
+
+// validIdent accepts plain identifiers only, so that no configuration can
+// smuggle SQL in (they are quoted too) or depend on case folding.
+func validIdent(s string) error {
+	if s == "" {
+		return fmt.Errorf("empty identifier")
+	}
+	if len(s) > maxIdentLen {
+		return fmt.Errorf("identifier %q is longer than %d bytes", s, maxIdentLen)
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return fmt.Errorf("identifier %q may hold only ASCII letters, digits and underscores, not starting with a digit", s)
+		}
+	}
+	return nil
+}
+
+// margin returns the safety margin for a lease of the given TTL.
+func (c Config) margin(ttl time.Duration) time.Duration {
+	if c.SafetyMargin > 0 {
+		return c.SafetyMargin
+	}
+	return ttl / 10
+}
+
+// options are the per-call options of TryAcquire, Acquire, Resume and Do.
+type options struct {
+	owner     uuid.UUID
+	hasOwner  bool
+	metadata  json.RawMessage
+	keepAlive bool
+}
+
+// Option configures one TryAcquire, Acquire, Resume or Do call.
+type Option func(*options)
+
+// WithOwner makes the lease's owner id instead of a fresh random UUID v4.
+// Acquiring with the owner of a lease already held does not re-enter it:
+// a lease is free only when released or expired.
+func WithOwner(id uuid.UUID) Option {
+	return func(o *options) { o.owner, o.hasOwner = id, true }
+}
+
+// WithMetadata records free-form JSON with the lease (metadata column), for
+// inspection. It must be valid JSON.
+func WithMetadata(doc json.RawMessage) Option {
+	return func(o *options) { o.metadata = doc }
+}
+
+// WithKeepAlive renews the lease in the background every
+// TTL × Config.RenewFraction until it is released or lost; see
+// [Lease.Lost].
+func WithKeepAlive() Option {
+	return func(o *options) { o.keepAlive = true }
+}

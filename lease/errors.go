@@ -1,0 +1,74 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+var (
+	// ErrHeld is wrapped by the error of a failed [Store.TryAcquire]: another
+	// owner holds the lease and it has not expired by the server clock. The
+	// error is a [*HeldError] carrying the holder.
+	ErrHeld = errors.New("lease: held by another owner")
+
+	// ErrNotHeld is returned by Renew, Release, Assert, Guard and Resume when
+	// the lease is not held by this (name, owner, token) any more: the row
+	// has another owner or token, has expired by the server clock, was
+	// released or broken, or does not exist. Seed 000's error table, in one
+	// sentinel.
+	ErrNotHeld = errors.New("lease: not held")
+
+	// ErrLost is the cause of a lease's [Lease.Context] and the error of
+	// [Lease.Err] once the lease has been lost: taken over, expired, broken,
+	// or no longer trusted locally because renewals did not succeed in time.
+	ErrLost = errors.New("lease: lost")
+
+	// ErrReleased is the cause of a lease's [Lease.Context] after a
+	// successful [Lease.Release].
+	ErrReleased = errors.New("lease: released")
+
+	// ErrTimeLeft is returned by [Lease.Assert] when the lease is held but
+	// has less time left by the server clock than asked for.
+	ErrTimeLeft = errors.New("lease: not enough time left")
+
+	// ErrNotFound is returned by [Store.Get] for a name that has never been
+	// acquired.
+	ErrNotFound = errors.New("lease: not found")
+
+	// ErrClosed is returned by every operation of a [Store] after
+	// [Store.Close], and by the leases it made.
+	ErrClosed = errors.New("lease: store closed")
+
+	// ErrInvalidTTL is wrapped by the error for a TTL that is not positive,
+	// below [MinTTL], or above the store's Config.MaxTTL.
+	ErrInvalidTTL = errors.New("lease: invalid ttl")
+
+	// ErrInvalidConfig is wrapped by every error of [New] about its Config.
+	ErrInvalidConfig = errors.New("lease: invalid config")
+)
+
+// HeldError is the error of a [Store.TryAcquire] that found the lease held
+// by another owner. errors.Is(err, ErrHeld) reports true for it.
+type HeldError struct {
+	// Name is the lease's name.
+	Name string
+	// Owner is the current holder.
+	Owner uuid.UUID
+	// Token is the current holder's fencing token.
+	Token int64
+	// ExpiresIn is how long the holder's lease had left by the server clock
+	// when the try ran. The holder may renew or release it meanwhile.
+	ExpiresIn time.Duration
+}
+
+// Error describes the holder.
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lease %q: held by %s (token %d) for another %v",
+		e.Name, e.Owner, e.Token, e.ExpiresIn.Round(time.Microsecond))
+}
+
+// Is reports whether target is [ErrHeld].
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }

@@ -1,0 +1,19 @@
+package lease
+
+// Waiters returns how many Acquire calls of name are registered with the
+// store's listener: waiting, or about to.
+func Waiters(s *Store, name string) int {
+	s.mu.Lock()
+	lis := s.lis
+	s.mu.Unlock()
+	if lis == nil {
+		return 0
+	}
+	lis.mu.Lock()
+	defer lis.mu.Unlock()
+	return len(lis.waiters[name])
+}
+
+// Parked returns how many Acquire calls of the store are blocked waiting
+// for a release or an expiry.
+func Parked(s *Store) int64 { return s.parked.Load() }

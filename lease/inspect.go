@@ -1,0 +1,134 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Info is the state of one lease row, read by [Store.Get] and [Store.List].
+// Times are by the server clock.
+type Info struct {
+	// Name is the lease's name.
+	Name string
+	// Held reports whether an owner holds the lease unexpired.
+	Held bool
+	// Owner is the last owner; the zero UUID once released or broken.
+	Owner uuid.UUID
+	// Token is the last acquisition's fencing token (or Break's).
+	Token int64
+	// TTL is the last acquisition's time to live.
+	TTL time.Duration
+	// AcquiredAt, RenewedAt and ExpiresAt are the times of the last
+	// acquisition, of its last renewal, and of its expiry (or release).
+	AcquiredAt, RenewedAt, ExpiresAt time.Time
+	// TimeLeft is how long the lease has left, 0 if not held.
+	TimeLeft time.Duration
+	// Hostname and PID identify the process that acquired it, as recorded
+	// by its store (Config.Hostname, Config.PID).
+	Hostname string
+	PID      int
+	// Metadata is the JSON given with [WithMetadata], if any.
+	Metadata json.RawMessage
+}
+
+func scanInfo(row pgx.CollectableRow) (Info, error) {
+	var (
+		i             Info
+		owner         pgtype.UUID
+		ttlUS, leftUS int64
+		host          pgtype.Text
+		pid           pgtype.Int4
+		meta          []byte
+	)
+	err := row.Scan(&i.Name, &owner, &i.Token, &ttlUS, &i.AcquiredAt, &i.RenewedAt, &i.ExpiresAt,
+		&i.Held, &leftUS, &host, &pid, &meta)
+	if owner.Valid {
+		i.Owner = owner.Bytes
+	}
+	i.TTL = time.Duration(ttlUS) * time.Microsecond
+	i.TimeLeft = time.Duration(leftUS) * time.Microsecond
+	i.Hostname, i.PID = host.String, int(pid.Int32)
+	if meta != nil {
+		i.Metadata = json.RawMessage(meta)
+	}
+	return i, err
+}
+
+// Get returns the state of the lease name. A name never acquired gives an
+// error wrapping [ErrNotFound]. ctx bounds the round trip.
+func (s *Store) Get(ctx context.Context, name string) (Info, error) {
+	if err := s.checkArgs(name); err != nil {
+		return Info{}, fmt.Errorf("get lease %q: %w", name, err)
+	}
+	rows, _ := s.pool.Query(ctx, s.q.getSQL, name)
+	i, err := pgx.CollectExactlyOneRow(rows, scanInfo)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("get lease %q: %w", name, err)
+	}
+	return i, nil
+}
+
+// List returns every lease held now, by name. ctx bounds the query.
+func (s *Store) List(ctx context.Context) ([]Info, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	rows, _ := s.pool.Query(ctx, s.q.listSQL)
+	infos, err := pgx.CollectRows(rows, scanInfo)
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	return infos, nil
+}
+
+// IsHeld reports whether any owner holds the lease name unexpired by the
+// server clock. ctx bounds the round trip.
+func (s *Store) IsHeld(ctx context.Context, name string) (bool, error) {
+	if err := s.checkArgs(name); err != nil {
+		return false, fmt.Errorf("is lease %q held: %w", name, err)
+	}
+	var held bool
+	if err := s.pool.QueryRow(ctx, s.q.isHeldSQL, name).Scan(&held); err != nil {
+		return false, fmt.Errorf("is lease %q held: %w", name, err)
+	}
+	return held, nil
+}
+
+// Break frees the lease name whoever holds it, for operators: it clears
+// the owner, ends the lease now and bumps the token, so that the old
+// holder's renewals, guarded writes and releases fail with [ErrNotHeld] and
+// the next acquisition's token is higher still; waiters are woken. It
+// waits for open transactions guarded by the lease ([Lease.Guard]). It
+// returns the new token; a name never acquired gives [ErrNotFound]. ctx
+// bounds the round trip.
+func (s *Store) Break(ctx context.Context, name string) (int64, error) {
+	if err := s.checkArgs(name); err != nil {
+		return 0, fmt.Errorf("break lease %q: %w", name, err)
+	}
+	var token int64
+	err := s.pool.QueryRow(ctx, s.q.breakSQL, name, s.q.channel, interestKey(s.q.channel, name)).Scan(&token, nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("break lease %q: %w", name, err)
+	}
+	return token, nil
+}
+
+func (s *Store) checkArgs(name string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	return checkName(name)
+}

@@ -1,0 +1,79 @@
+package lease_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/pglocks/pglocks/lease"
+)
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	a := mustTry(t, b.store, "a", time.Minute, lease.WithMetadata(json.RawMessage(`{"job": 7}`)))
+	mustTry(t, b.store, "c", time.Minute)
+	rel := mustTry(t, b.store, "b", time.Minute)
+	if err := rel.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("Get", func(t *testing.T) {
+		i, err := b.store.Get(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, _ := os.Hostname()
+		if !i.Held || i.Owner != a.Owner() || i.Token != 1 || i.TTL != time.Minute ||
+			i.TimeLeft <= 50*time.Second || i.Hostname != host || i.PID != os.Getpid() {
+			t.Fatalf("Get = %+v", i)
+		}
+		var meta struct{ Job int }
+		if err := json.Unmarshal(i.Metadata, &meta); err != nil || meta.Job != 7 {
+			t.Fatalf("metadata %s: %v", i.Metadata, err)
+		}
+		if !i.ExpiresAt.Equal(a.ExpiresAt()) {
+			t.Fatalf("ExpiresAt %v, lease says %v", i.ExpiresAt, a.ExpiresAt())
+		}
+	})
+
+	t.Run("GetReleased", func(t *testing.T) {
+		i, err := b.store.Get(ctx, "b")
+		if err != nil || i.Held || i.Token != 1 || i.TimeLeft != 0 || i.Owner != [16]byte{} {
+			t.Fatalf("Get = %+v, %v", i, err)
+		}
+	})
+
+	t.Run("GetNotFound", func(t *testing.T) {
+		if _, err := b.store.Get(ctx, "nope"); !errors.Is(err, lease.ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("List", func(t *testing.T) {
+		infos, err := b.store.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) != 2 || infos[0].Name != "a" || infos[1].Name != "c" {
+			t.Fatalf("List = %+v, want a and c", infos)
+		}
+	})
+
+	t.Run("IsHeld", func(t *testing.T) {
+		for name, want := range map[string]bool{"a": true, "b": false, "nope": false} {
+			if got, err := b.store.IsHeld(ctx, name); err != nil || got != want {
+				t.Errorf("IsHeld(%q) = %v, %v; want %v", name, got, err, want)
+			}
+		}
+	})
+
+	t.Run("BreakNotFound", func(t *testing.T) {
+		if _, err := b.store.Break(ctx, "nope"); !errors.Is(err, lease.ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
+		}
+	})
+}

@@ -1,0 +1,311 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Lease is one acquisition of a named lease: an owner, a fencing token, and
+// an expiry by the server clock. Its methods are safe for concurrent use.
+//
+// A Lease is live from its acquisition until it is released, lost, or
+// abandoned by [Store.Close]. It is lost when the server says this (name,
+// owner, token) no longer holds it — taken over after expiry, broken — or
+// when its local trust deadline passes without a successful renewal: the
+// send time of the last successful acquire or renew + TTL − safety margin,
+// on the monotonic clock. Loss closes [Lease.Lost] and cancels
+// [Lease.Context] with a cause wrapping [ErrLost].
+type Lease struct {
+	store *Store
+	name  string
+	owner uuid.UUID
+	token int64
+	ttl   time.Duration
+
+	ctx    context.Context // cancelled when the lease ends
+	cancel context.CancelCauseFunc
+	lost   chan struct{} // closed on loss only
+
+	mu         sync.Mutex
+	ended      bool // released, lost or abandoned
+	err        error
+	expiresAt  time.Time // server clock
+	trustUntil time.Time // local clock, monotonic
+	trust      *time.Timer
+
+	ka *keepAlive // nil without keep-alive
+}
+
+func (s *Store) newLease(name string, owner uuid.UUID, token int64, ttl time.Duration, expiresAt, sent time.Time, keepAlive bool) (*Lease, error) {
+	l := &Lease{store: s, name: name, owner: owner, token: token, ttl: ttl, lost: make(chan struct{}), expiresAt: expiresAt}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l.trustUntil = sent.Add(ttl - s.cfg.margin(ttl))
+	l.mu.Lock() // before track: Store.Close may abandon l at once
+	defer l.mu.Unlock()
+	if err := s.track(l); err != nil {
+		// Closed while acquiring: the row expires at the end of its TTL.
+		l.ended, l.err = true, err
+		l.cancel(err)
+		return nil, err
+	}
+	l.trust = time.AfterFunc(l.trustUntil.Sub(s.cfg.Now()), l.checkTrust)
+	if keepAlive {
+		l.startKeepAlive()
+	}
+	return l, nil
+}
+
+// Name returns the lease's name.
+func (l *Lease) Name() string { return l.name }
+
+// Owner returns the lease's owner id.
+func (l *Lease) Owner() uuid.UUID { return l.owner }
+
+// Token returns the lease's fencing token: greater than the token of every
+// earlier acquisition of the same name. Hand it to a protected resource,
+// which refuses writes carrying a token lower than one it has seen.
+func (l *Lease) Token() int64 { return l.token }
+
+// TTL returns the lease's time to live, which every renewal restores.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// ExpiresAt returns the lease's expiry by the server clock, as of the last
+// successful acquire or renew. Compare it only with server times.
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiresAt
+}
+
+// TrustedUntil returns the local deadline until which the lease may be
+// trusted without asking the server, a reading of Config.Now.
+func (l *Lease) TrustedUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.trustUntil
+}
+
+// Handle returns the lease's (name, owner, token), to resume it elsewhere
+// with [Store.Resume].
+func (l *Lease) Handle() Handle { return Handle{Name: l.name, Owner: l.owner, Token: l.token} }
+
+// Lost returns a channel closed when the lease is lost (but not when it is
+// released or abandoned; see [Lease.Context] for all three).
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Context returns a context cancelled when the lease ends: lost (cause
+// wraps [ErrLost]), released ([ErrReleased]) or abandoned by Store.Close
+// ([ErrClosed]). Use context.Cause to tell which.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lease is live, else why it ended, as
+// context.Cause(l.Context()) does.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// end marks the lease ended with cause err, once. It closes Lost when err
+// is a loss. l.mu must be held.
+func (l *Lease) end(err error, isLoss bool) bool {
+	if l.ended {
+		return false
+	}
+	l.ended, l.err = true, err
+	l.trust.Stop()
+	if isLoss {
+		close(l.lost)
+	}
+	l.cancel(err)
+	if l.ka != nil {
+		l.ka.signalStop()
+	}
+	l.store.untrack(l)
+	return true
+}
+
+// checkTrust runs when the trust deadline's timer fires.
+func (l *Lease) checkTrust() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	if left := l.trustUntil.Sub(l.store.cfg.Now()); left > 0 { // renewed meanwhile
+		l.trust.Reset(left)
+		return
+	}
+	l.end(fmt.Errorf("%w: lease %q: not renewed before its trust deadline", ErrLost, l.name), true)
+}
+
+// lose ends the lease because the server said it is not held.
+func (l *Lease) lose(op string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.end(fmt.Errorf("%w: lease %q: %s: %w", ErrLost, l.name, op, ErrNotHeld), true)
+}
+
+// abandon ends the lease without releasing it (Store.Close, which waits
+// for the keep-alive).
+func (l *Lease) abandon(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.end(cause, false)
+}
+
+// args are the (name, owner, token) arguments of the lease's statements.
+func (l *Lease) args() []any { return []any{l.name, pgUUID(l.owner), l.token} }
+
+// Renew extends the lease to TTL from now by the server clock, and its
+// trust deadline to the send time of this renewal + TTL − safety margin.
+// If the lease is no longer held (expired, taken over, broken, released)
+// it returns an error wrapping [ErrNotHeld] and the lease is lost. A
+// transport error leaves the lease as it was. ctx bounds the round trip.
+func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.renew(ctx); err != nil {
+		return fmt.Errorf("renew lease %q: %w", l.name, err)
+	}
+	return nil
+}
+
+func (l *Lease) renew(ctx context.Context) error {
+	if err := l.live(); err != nil {
+		return err
+	}
+	sent := l.store.cfg.Now()
+	var exp time.Time
+	err := noRows(l.store.pool.QueryRow(ctx, l.store.q.renewSQL, l.args()...).Scan(&exp))
+	if err == ErrNotHeld {
+		l.lose("renew")
+		return ErrNotHeld
+	}
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return l.endedErr()
+	}
+	if t := sent.Add(l.ttl - l.store.cfg.margin(l.ttl)); t.After(l.trustUntil) {
+		l.trustUntil = t
+		l.expiresAt = exp
+	}
+	return nil
+}
+
+// live returns nil while the lease is live, else why it is not.
+func (l *Lease) live() error {
+	if err := l.store.checkOpen(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return l.endedErr()
+	}
+	return nil
+}
+
+// endedErr is the error of an operation on an ended lease. l.mu held.
+func (l *Lease) endedErr() error {
+	if l.err == ErrClosed {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w (%w)", ErrNotHeld, l.err)
+}
+
+// Release gives the lease up: it clears the owner (the token stays, so the
+// next acquisition's is higher) and, if any [Store.Acquire] waits for the
+// name, wakes it through NOTIFY, in one statement. It stops the keep-alive and waits for
+// it. If the lease was not held any more (expired, taken over, broken,
+// already released) the error wraps [ErrNotHeld]. A transport error leaves
+// the lease live, so Release can be retried. ctx bounds the round trip and
+// the wait.
+func (l *Lease) Release(ctx context.Context) error {
+	if err := l.release(ctx); err != nil {
+		return fmt.Errorf("release lease %q: %w", l.name, err)
+	}
+	return nil
+}
+
+func (l *Lease) release(ctx context.Context) error {
+	if err := l.store.checkOpen(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.ended && l.err == ErrReleased {
+		l.mu.Unlock()
+		return fmt.Errorf("%w (already released)", ErrNotHeld)
+	}
+	l.mu.Unlock()
+	q := &l.store.q
+	tag, err := l.store.pool.Exec(ctx, q.releaseSQL, append(l.args(), q.channel, interestKey(q.channel, l.name))...)
+	if err != nil {
+		return err
+	}
+	n := tag.RowsAffected()
+	l.mu.Lock()
+	if n == 0 {
+		if !l.end(fmt.Errorf("%w: lease %q: release: %w", ErrLost, l.name, ErrNotHeld), true) {
+			err = l.endedErr()
+		} else {
+			err = ErrNotHeld
+		}
+	} else if !l.end(ErrReleased, false) {
+		// Lost locally (trust deadline) but still ours on the server: freed.
+		err = nil
+	}
+	ka := l.ka
+	l.mu.Unlock()
+	if ka != nil {
+		if werr := ka.wait(ctx); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+// Assert checks with the server that the lease is still held with at least
+// atLeast left by the server clock, as seed 001's assertTTL: before a step
+// that must finish under the lease. Not held: an error wrapping
+// [ErrNotHeld]; held with less time left: one wrapping [ErrTimeLeft]. It
+// does not renew. ctx bounds the round trip.
+func (l *Lease) Assert(ctx context.Context, atLeast time.Duration) error {
+	if err := l.live(); err != nil {
+		return fmt.Errorf("assert lease %q: %w", l.name, err)
+	}
+	var left int64
+	if err := noRows(l.store.pool.QueryRow(ctx, l.store.q.assertSQL, l.args()...).Scan(&left)); err != nil {
+		return fmt.Errorf("assert lease %q: %w", l.name, err)
+	}
+	if d := time.Duration(left) * time.Microsecond; d < atLeast {
+		return fmt.Errorf("assert lease %q: %w: %v left, want at least %v", l.name, ErrTimeLeft, d, atLeast)
+	}
+	return nil
+}
+
+// Guard verifies, inside the caller's transaction tx, that the lease is
+// still held — same owner and token, not expired by the server clock at
+// this moment — and locks its row FOR SHARE until tx ends. No takeover,
+// renewal by another owner or [Store.Break] can commit before then, so
+// writes made in tx commit only while the lease is really held. Not held:
+// an error wrapping [ErrNotHeld]; roll tx back. A Guard also blocks this
+// lease's own renewals until tx ends: keep guarded transactions short
+// beside the TTL. ctx bounds the statement.
+func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
+	if err := l.live(); err != nil {
+		return fmt.Errorf("guard lease %q: %w", l.name, err)
+	}
+	var exp time.Time
+	if err := noRows(tx.QueryRow(ctx, l.store.q.guardSQL, l.args()...).Scan(&exp)); err != nil {
+		return fmt.Errorf("guard lease %q: %w", l.name, err)
+	}
+	return nil
+}

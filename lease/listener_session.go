@@ -1,0 +1,158 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+)
+
+// interestLockTimeout bounds the wait for an interest lock: a release holds
+// the key for microseconds; a longer wait (a foreign lock on the same key,
+// a stalled server) is retried after interestRetry, the waiters meanwhile
+// relying on the holder's expiry.
+const (
+	interestLockTimeout = "200ms"
+	interestRetry       = 50 * time.Millisecond
+)
+
+// session connects, listens, and then alternates between taking or
+// dropping interest locks as waiters come and go and waiting for
+// notifications, until an error. It reports whether it got as far as
+// listening.
+func (lis *listener) session(ctx context.Context) (listened bool) {
+	cfg := lis.s.pool.Config().ConnConfig
+	// Kicks interrupt WaitForNotification by a read deadline, which leaves
+	// the connection usable (a cancel request would cost a connection).
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return false
+	}
+	defer func() {
+		lis.mu.Lock()
+		clear(lis.held) // the session's locks die with it
+		clear(lis.idle)
+		lis.mu.Unlock()
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	setup := "set lock_timeout = '" + interestLockTimeout + "'; listen " + pgx.Identifier{lis.s.q.channel}.Sanitize()
+	if _, err := conn.Exec(ctx, setup); err != nil {
+		return false
+	}
+	lis.mu.Lock()
+	lis.dirty = true
+	lis.mu.Unlock()
+	var next time.Duration // until the next reconcile is due; 0: none
+	for {
+		lis.mu.Lock()
+		if lis.dirty {
+			lis.dirty = false
+			lis.mu.Unlock()
+			if next, err = lis.reconcile(ctx, conn); err != nil {
+				return true
+			}
+			continue
+		}
+		wctx, kick := context.WithCancel(ctx)
+		if next > 0 {
+			wctx, kick = context.WithTimeout(ctx, next)
+		}
+		lis.kick = kick
+		lis.mu.Unlock()
+
+		n, err := conn.WaitForNotification(wctx)
+
+		lis.mu.Lock()
+		lis.kick = nil
+		if wctx.Err() != nil {
+			lis.dirty = true // kicked, or a reconcile is due
+		}
+		lis.mu.Unlock()
+		kick()
+		switch {
+		case n != nil:
+			lis.wake(n.Payload)
+		case ctx.Err() != nil || conn.IsClosed():
+			return true
+		case wctx.Err() == nil && err != nil:
+			return true // the connection failed
+		}
+		// A notification that arrives while reconciling is kept by pgx for
+		// the next wait.
+	}
+}
+
+// reconcile takes the interest lock of every name with waiters that has
+// none, and drops those of names without waiters for interestLinger. Every
+// waiter of a name whose interest it newly takes is settled and woken: a
+// release before that moment did not notify. It returns when it wants to
+// run again, and an error only when the connection is unusable.
+func (lis *listener) reconcile(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
+	now := time.Now()
+	var lock, unlock []string
+	var next time.Duration
+	lis.mu.Lock()
+	for name := range lis.waiters {
+		if !lis.held[name] {
+			lock = append(lock, name)
+		}
+	}
+	for name, since := range lis.idle {
+		if left := interestLinger - now.Sub(since); left > 0 {
+			next = minPositive(next, left)
+		} else {
+			unlock = append(unlock, name)
+		}
+	}
+	lis.mu.Unlock()
+	for _, name := range unlock {
+		if _, err := conn.Exec(ctx, "select pg_advisory_unlock_shared($1)", interestKey(lis.s.q.channel, name)); err != nil {
+			return 0, err
+		}
+		lis.mu.Lock()
+		delete(lis.held, name)
+		delete(lis.idle, name)
+		if len(lis.waiters[name]) > 0 { // a waiter came back meanwhile
+			lis.dirty = true
+		}
+		lis.mu.Unlock()
+	}
+	for _, name := range lock {
+		_, err := conn.Exec(ctx, "select pg_advisory_lock_shared($1)", interestKey(lis.s.q.channel, name))
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			next = minPositive(next, interestRetry)
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		lis.mu.Lock()
+		lis.held[name] = true
+		if len(lis.waiters[name]) == 0 {
+			lis.idle[name] = now
+			next = minPositive(next, interestLinger)
+		}
+		for w := range lis.waiters[name] {
+			w.settle()
+			poke(w.wake)
+		}
+		lis.mu.Unlock()
+	}
+	return next, nil
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 || b < a {
+		return b
+	}
+	return a
+}
