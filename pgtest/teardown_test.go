@@ -29,6 +29,10 @@ func TestTeardownChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("DATADIR=%s\n", dataDir)
+	// Wait until the parent has seen the server's processes.
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
 	if fault == "panic" {
 		panic("pgtest child: a deliberate panic")
 	}
@@ -56,6 +60,10 @@ func TestTeardown(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd.Stderr = cmd.Stdout
+			goAhead, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -73,6 +81,9 @@ func TestTeardown(t *testing.T) {
 				t.Fatalf("child never reported its data directory:\n%s", log.String())
 			}
 			pids := serverPIDs(t, dataDir)
+			if _, err := goAhead.Write([]byte("go\n")); err != nil {
+				t.Fatal(err)
+			}
 			switch fault {
 			case "sigint":
 				_ = cmd.Process.Signal(syscall.SIGINT)
