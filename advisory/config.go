@@ -1,0 +1,185 @@
+package advisory
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults of [Config]: the value a zero field takes.
+const (
+	// DefaultMaxSessions is the default of Config.MaxSessions.
+	DefaultMaxSessions = 3
+	// DefaultApplicationName is the default of Config.ApplicationName.
+	DefaultApplicationName = "pglocks"
+	// DefaultChannel is the default of Config.Channel.
+	DefaultChannel = "pglocks_advisory"
+	// DefaultMinBackoff is the default of Config.MinBackoff.
+	DefaultMinBackoff = 2 * time.Millisecond
+	// DefaultMaxBackoff is the default of Config.MaxBackoff.
+	DefaultMaxBackoff = 100 * time.Millisecond
+	// DefaultPingInterval is the default of Config.PingInterval.
+	DefaultPingInterval = 200 * time.Millisecond
+	// DefaultQueryTimeout is the default of Config.QueryTimeout.
+	DefaultQueryTimeout = 2 * time.Second
+	// DefaultKeepalivesIdle is the default of Config.KeepalivesIdle.
+	DefaultKeepalivesIdle = 5 * time.Second
+	// DefaultKeepalivesInterval is the default of Config.KeepalivesInterval.
+	DefaultKeepalivesInterval = 1 * time.Second
+	// DefaultKeepalivesCount is the default of Config.KeepalivesCount.
+	DefaultKeepalivesCount = 3
+	// DefaultTCPUserTimeout is the default of Config.TCPUserTimeout.
+	DefaultTCPUserTimeout = 10 * time.Second
+)
+
+// Config configures a [Locker]. The zero value is valid: every zero field
+// takes its documented default.
+//
+// The timing fields obey one rule, which [New] checks: the client gives up on
+// a silent session (PingInterval + QueryTimeout) before the server can drop
+// it (KeepalivesIdle + KeepalivesInterval × KeepalivesCount, and
+// TCPUserTimeout). So when the network between the two fails, the holder
+// announces the loss before the server frees the lock for someone else.
+type Config struct {
+	// MaxSessions is how many dedicated sessions (server connections) hold
+	// this locker's session locks, however many locks it holds. The locker
+	// uses one more connection to LISTEN for wake-ups, so the default uses
+	// at most four server connections in all. Default: 3.
+	MaxSessions int
+
+	// ApplicationName is the application_name of every dedicated session,
+	// so that operators see the holders in pg_stat_activity and pg_locks.
+	// Default: "pglocks".
+	ApplicationName string
+
+	// Channel is the LISTEN/NOTIFY channel on which lockers of the same
+	// database wake each other's waiters. Lockers that should wake each
+	// other must use the same channel. Default: "pglocks_advisory".
+	Channel string
+
+	// MinBackoff is the first retry delay of a waiting Lock that was not
+	// woken by a notification; each retry doubles it, with jitter, up to
+	// MaxBackoff. Default: 2ms.
+	MinBackoff time.Duration
+
+	// MaxBackoff bounds the retry delay of a waiting Lock. It is how late,
+	// at worst, a waiter notices a lock freed without a notification: by a
+	// crashed holder, a terminated session or a non-pglocks holder (psql).
+	// Default: 100ms.
+	MaxBackoff time.Duration
+
+	// PingInterval is how often a dedicated session that holds locks and is
+	// otherwise idle is checked with one round trip (a bare protocol Sync).
+	// A failed check announces the loss of its locks, so this bounds how
+	// late the loss of a killed session is noticed. Default: 200ms.
+	PingInterval time.Duration
+
+	// QueryTimeout bounds every statement on a dedicated session (try,
+	// unlock, ping). A session that does not answer in time is declared
+	// dead: its connection is closed and its locks are announced lost. So
+	// a network that goes silent is noticed within about
+	// PingInterval + QueryTimeout. It does not bound callers: their ctx
+	// does. Default: 2s.
+	QueryTimeout time.Duration
+
+	// KeepalivesIdle, KeepalivesInterval and KeepalivesCount set the
+	// server's tcp_keepalives_idle, tcp_keepalives_interval and
+	// tcp_keepalives_count for each dedicated session (and the client
+	// socket's keepalive likewise), so the server drops a partitioned
+	// holder's session, and frees its locks, after about
+	// KeepalivesIdle + KeepalivesInterval × KeepalivesCount instead of the
+	// OS default of about two hours. Defaults: 5s, 1s and 3.
+	KeepalivesIdle     time.Duration
+	KeepalivesInterval time.Duration
+	KeepalivesCount    int
+
+	// TCPUserTimeout sets the server's tcp_user_timeout for each dedicated
+	// session: how long sent data may stay unacknowledged before the server
+	// drops the connection. Default: 10s.
+	TCPUserTimeout time.Duration
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.ApplicationName == "" {
+		c.ApplicationName = DefaultApplicationName
+	}
+	if c.Channel == "" {
+		c.Channel = DefaultChannel
+	}
+	if c.KeepalivesCount == 0 {
+		c.KeepalivesCount = DefaultKeepalivesCount
+	}
+	setDur(&c.MinBackoff, DefaultMinBackoff)
+	setDur(&c.MaxBackoff, DefaultMaxBackoff)
+	setDur(&c.PingInterval, DefaultPingInterval)
+	setDur(&c.QueryTimeout, DefaultQueryTimeout)
+	setDur(&c.KeepalivesIdle, DefaultKeepalivesIdle)
+	setDur(&c.KeepalivesInterval, DefaultKeepalivesInterval)
+	setDur(&c.TCPUserTimeout, DefaultTCPUserTimeout)
+	return c
+}
+
+// validate checks a config that has its defaults; the error names the field.
+func (c Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.MaxSessions < 0 {
+		bad("MaxSessions must not be negative, got %d", c.MaxSessions)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"MinBackoff", c.MinBackoff}, {"MaxBackoff", c.MaxBackoff},
+		{"PingInterval", c.PingInterval}, {"QueryTimeout", c.QueryTimeout},
+		{"KeepalivesIdle", c.KeepalivesIdle}, {"KeepalivesInterval", c.KeepalivesInterval},
+		{"TCPUserTimeout", c.TCPUserTimeout},
+	} {
+		if f.d < 0 {
+			bad("%s must not be negative, got %v", f.name, f.d)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"KeepalivesIdle", c.KeepalivesIdle}, {"KeepalivesInterval", c.KeepalivesInterval}} {
+		if f.d > 0 && f.d%time.Second != 0 {
+			bad("%s must be whole seconds (PostgreSQL's unit), got %v", f.name, f.d)
+		}
+	}
+	if c.TCPUserTimeout > 0 && c.TCPUserTimeout%time.Millisecond != 0 {
+		bad("TCPUserTimeout must be whole milliseconds, got %v", c.TCPUserTimeout)
+	}
+	if c.KeepalivesCount < 0 {
+		bad("KeepalivesCount must not be negative, got %d", c.KeepalivesCount)
+	}
+	if c.MinBackoff > c.MaxBackoff {
+		bad("MinBackoff (%v) must not exceed MaxBackoff (%v)", c.MinBackoff, c.MaxBackoff)
+	}
+	detect := c.PingInterval + c.QueryTimeout
+	keepalive := c.KeepalivesIdle + c.KeepalivesInterval*time.Duration(c.KeepalivesCount)
+	if detect >= keepalive {
+		bad("PingInterval + QueryTimeout (%v) must be less than KeepalivesIdle + KeepalivesInterval × KeepalivesCount (%v): "+
+			"the holder must notice a dead session before the server frees its locks", detect, keepalive)
+	}
+	if detect >= c.TCPUserTimeout {
+		bad("PingInterval + QueryTimeout (%v) must be less than TCPUserTimeout (%v): "+
+			"the holder must notice a dead session before the server frees its locks", detect, c.TCPUserTimeout)
+	}
+	if c.Channel != "" && len(c.Channel) > 63 {
+		bad("Channel must be at most 63 bytes, got %d", len(c.Channel))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("advisory: invalid Config: %w", errors.Join(errs...))
+}

@@ -1,0 +1,89 @@
+// Package advisory provides PostgreSQL advisory locks on [pglocks.Key]s:
+// session-scoped locks held by a [Locker], and transaction-scoped locks
+// taken in a caller's transaction with [XactLock] and [TryXactLock].
+//
+// # Which one to use
+//
+// Session locks ([Locker.Lock], [Locker.TryLock], [Locker.RLock],
+// [Locker.TryRLock], [Locker.Do]) are held until unlocked or until the
+// session that holds them ends. They suit long holds: "only one replica
+// runs this job; if it dies, the next takes over at once". The server frees
+// a crashed holder's locks as soon as its connection closes, and a Locker
+// announces the loss of a lock through [Lock.Lost] and [Lock.Context], and
+// cancels fn's context in [Locker.Do].
+//
+// Transaction locks ([XactLock], [TryXactLock], [XactRLock],
+// [TryXactRLock]) live inside one transaction and end at its commit or
+// rollback. They suit short critical sections that already run in a
+// transaction, and they are the only kind that works through a pooler in
+// transaction mode.
+//
+// # WARNING: session locks are UNSAFE behind PgBouncer transaction pooling
+//
+// A session lock belongs to a server session. Behind PgBouncer (or any
+// pooler) in transaction pooling mode, consecutive statements of one client
+// connection may run on different server sessions, and a server session
+// moves between clients: a lock can be taken on one session and "released"
+// on another, leak to an unrelated client, or be freed while its holder
+// still believes it holds it. Use session locks only over direct
+// connections or a session-mode pooler. Behind a transaction-mode pooler use
+// transaction locks, or the lease package.
+//
+// # How a Locker holds locks
+//
+// A Locker is built from a *pgxpool.Pool with [New] and a [Config]. It never
+// holds a lock on a pooled connection: it opens up to Config.MaxSessions
+// (default 3) dedicated sessions with the pool's connection settings and
+// holds any number of locks on them, plus one connection that LISTENs for
+// wake-ups: at most four server connections by default, for ten locks or
+// ten thousand. Every dedicated session sets application_name and the
+// server's tcp_keepalives_* and tcp_user_timeout, so that a partitioned
+// holder's session, and its locks, are dropped by the server in bounded
+// time, and a session holding locks is pinged every PingInterval so its
+// death is announced within about PingInterval.
+//
+// Session locks are re-entrant per session in PostgreSQL; the Locker
+// excludes its own holders from each other (exclusive and shared alike), so
+// two goroutines never share a lock by accident.
+//
+// PostgreSQL makes every statement on a session slower by about 75ns per
+// lock the session holds (each transaction end scans the session's lock
+// table), so a Locker spreads many locks over its sessions; ten thousand
+// locks on three sessions add about a quarter of a millisecond to each
+// try or unlock. The server's lock table must have room for them too:
+// max_locks_per_transaction × max_connections slots, shared by all.
+//
+// Waiting never happens on the server: a pg_advisory_lock that a client
+// cancels by closing its socket stays queued on the server (a "ghost
+// waiter") and may still take the lock. [Locker.Lock] instead retries a
+// one-round-trip try: at once when a pglocks holder anywhere unlocks the
+// key, else with jittered backoff up to Config.MaxBackoff, which is how
+// locks freed by crashed holders or by plain SQL clients are picked up.
+// A waiter that fails a try asks, by NOTIFY on Config.Channel, to be told;
+// the holder's locker hears it, and its unlock then notifies in the same
+// round trip, so an uncontended unlock costs no NOTIFY.
+//
+// Every call honours its ctx exactly: when ctx ends during a statement,
+// the call returns at once, and the session reads the answer in the
+// background and gives back a lock taken after the caller left. The
+// session is not closed for it, so other locks on it are not disturbed.
+//
+// # Keys and psql
+//
+// A lock on [pglocks.KeyOf]("name") is the lock psql takes with
+//
+//	select pg_try_advisory_lock(hashtextextended('name', 0));
+//
+// so plain SQL clients and pglocks exclude each other. [Holders] and
+// [IsHeld] show who holds a key, from pg_locks and pg_stat_activity.
+//
+// # What is not guaranteed
+//
+// A lock ends when its session does: on a server restart or failover (an
+// advisory lock is not replicated), a terminated backend or a network
+// failure. The Locker announces that, but a holder that is paused (GC,
+// SIGSTOP) cannot be stopped from acting after the server freed its lock:
+// code that writes must also be fenced (see the lease package). Between a
+// network partition and the server dropping the session, neither side can
+// take the lock; Config's timing rule makes the holder give up first.
+package advisory

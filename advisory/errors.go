@@ -1,0 +1,51 @@
+package advisory
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/pglocks/pglocks"
+)
+
+var (
+	// ErrLocked is returned by TryLock, TryRLock and TryXactLock when the
+	// key is held in a conflicting mode by another session, or by another
+	// holder in this process. It is never returned for a transport error.
+	ErrLocked = errors.New("advisory: locked by another holder")
+
+	// ErrNotHeld is returned by [Lock.Unlock] for a lock that is no longer
+	// held: unlocked before, lost, or released by [Locker.Close]. In the
+	// last two cases the error also wraps [ErrLost] or [ErrClosed].
+	ErrNotHeld = errors.New("advisory: not held")
+
+	// ErrLost is the cause of a lost lock: its session died (backend
+	// terminated, server restarted, connection cut or unresponsive), so
+	// the server freed or will free the lock. [Locker.Do] returns an error
+	// wrapping it when the lock was lost while fn ran.
+	ErrLost = errors.New("advisory: lock lost")
+
+	// ErrClosed is returned by every operation of a closed [Locker], and is
+	// the cause reported by [Lock.Err] for a lock released by
+	// [Locker.Close].
+	ErrClosed = errors.New("advisory: locker closed")
+)
+
+// opError says which operation on which key failed, and wraps why.
+type opError struct {
+	op  string
+	key pglocks.Key
+	err error
+}
+
+func (e *opError) Error() string {
+	return "advisory: " + e.op + " " + e.key.String() + ": " + strings.TrimPrefix(e.err.Error(), "advisory: ")
+}
+
+func (e *opError) Unwrap() error { return e.err }
+
+func opErr(op string, key pglocks.Key, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &opError{op: op, key: key, err: err}
+}

@@ -1,0 +1,247 @@
+package advisory
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Statements run at the protocol level (Bind, Execute, Sync, then messages
+// up to ReadyForQuery) rather than through pgconn's result readers, for
+// two reasons. A read that times out leaves a pgconn connection usable
+// (the partial message is kept), where a result reader would close it; so
+// a caller whose ctx ends can leave while the answer is still read. And
+// the context given to pgconn is never done, so no per-statement watcher
+// goroutine is started; QueryTimeout is a socket deadline instead.
+
+// reply is what a statement answered.
+type reply struct {
+	ok    bool  // the first column of the row, a boolean
+	pgErr error // a server error; the session stays usable
+}
+
+// arm bounds the next statements by QueryTimeout with a socket deadline,
+// renewed when less than half of it is left.
+func (s *session) arm() {
+	now := time.Now()
+	if s.deadline.Sub(now) < s.l.cfg.QueryTimeout/2 {
+		s.deadline = now.Add(s.l.cfg.QueryTimeout)
+		_ = s.conn.Conn().SetDeadline(s.deadline)
+	}
+}
+
+// send writes one execution of a prepared statement.
+func (s *session) send(name string, params [][]byte, formats []int16) error {
+	s.arm()
+	f := s.conn.Frontend()
+	f.SendBind(&pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: formats,
+		Parameters: params, ResultFormatCodes: resultFormatsBinary})
+	f.SendExecute(&pgproto3.Execute{})
+	f.SendSync(&pgproto3.Sync{})
+	return f.Flush()
+}
+
+var resultFormatsBinary = []int16{1}
+
+// recv reads the answer of one statement, up to ReadyForQuery. When ctx
+// ends first the read times out and recv returns an error for which
+// pgconn.Timeout is true; the rest of the answer can be read later.
+func (s *session) recv(ctx context.Context, rep *reply) error {
+	if ctx.Done() != nil {
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			_ = s.conn.Conn().SetReadDeadline(time.Now())
+			close(fired)
+		})
+		defer func() {
+			if !stop() {
+				<-fired
+				_ = s.conn.Conn().SetReadDeadline(s.deadline)
+			}
+		}()
+	}
+	for {
+		msg, err := s.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			if len(m.Values) > 0 && len(m.Values[0]) == 1 {
+				rep.ok = m.Values[0][0] == 1
+			}
+		case *pgproto3.ErrorResponse:
+			rep.pgErr = pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.ReadyForQuery:
+			return nil
+		}
+	}
+}
+
+// ping checks the session with a bare Sync, the cheapest round trip.
+func (s *session) ping() error {
+	s.arm()
+	f := s.conn.Frontend()
+	f.SendSync(&pgproto3.Sync{})
+	if err := f.Flush(); err != nil {
+		return err
+	}
+	var rep reply
+	return s.recv(context.Background(), &rep)
+}
+
+// do runs request r's statement; ctx is the caller's on the direct path,
+// context.Background() for the worker. A non-nil error means the session is dead. handedOff
+// means ctx ended during the statement: r is now abandoned and a goroutine
+// owns s.mu to finish it.
+func (s *session) do(ctx context.Context, r *request) (handedOff bool, err error) {
+	s.lastUse = time.Now()
+	kind := stmtUnlock
+	switch r.kind {
+	case opTry:
+		if r.state.Load() == reqAbandoned {
+			s.pending.Add(-1)
+			s.finishOrUndo(r)
+			return false, nil
+		}
+		if s.l.isClosed() {
+			s.pending.Add(-1)
+			r.err = ErrClosed
+			s.finishOrUndo(r)
+			return false, nil
+		}
+		kind = stmtTry
+	case opUnlock:
+		if s.l.isContended(r.key) {
+			kind = stmtUnlockNotify
+		}
+	}
+	var rep reply
+	err = s.send(s.stmtArgs(kind, r.key, r.shared, r.want))
+	if err == nil {
+		err = s.recv(ctx, &rep)
+		if err != nil && ctx.Err() != nil && pgconn.Timeout(err) && r.state.CompareAndSwap(reqPending, reqAbandoned) {
+			s.l.wg.Add(1) // the worker is alive (we hold s.mu), so the count is not 0
+			go s.resume(r, rep)
+			return true, nil
+		}
+	}
+	return false, s.complete(r, &rep, err)
+}
+
+// resume finishes a statement whose caller left, then lets the session go.
+func (s *session) resume(r *request, rep reply) {
+	defer s.l.wg.Done()
+	defer s.mu.Unlock()
+	s.deadline = time.Time{}
+	s.arm()
+	err := s.recv(context.Background(), &rep)
+	if err := s.complete(r, &rep, err); err != nil {
+		s.die(err)
+	}
+}
+
+// complete applies the answer to r's statement (or err, a transport error
+// that kills the session) and hands r's result to its caller.
+func (s *session) complete(r *request, rep *reply, err error) error {
+	defer s.pending.Add(-1)
+	if err != nil {
+		cause := fmt.Errorf("%s: %w", r.kind, err)
+		s.die(cause)
+		if r.kind == opUnlock {
+			r.err = fmt.Errorf("%w: %w", ErrNotHeld, r.lock.Err())
+		} else {
+			r.err = fmt.Errorf("%w (pid %d): %w", errSessionDied, s.pid, cause)
+		}
+		s.finishOrUndo(r)
+		return errAlreadyDead
+	}
+	if rep.pgErr != nil {
+		r.err = rep.pgErr
+		s.finishOrUndo(r)
+		return nil
+	}
+	switch r.kind {
+	case opTry:
+		if !rep.ok {
+			s.finishOrUndo(r)
+			return nil
+		}
+		lk := s.l.newLock(s, r.key, r.shared)
+		r.got = lk
+		if r.finish() {
+			return nil
+		}
+		// The caller left while the lock was being taken: give it back.
+		return s.undo(lk)
+	case opUnlock:
+		r.err = s.released(r.lock, rep.ok)
+		r.finish()
+	}
+	return nil
+}
+
+// undo unlocks lk at once, for a caller that did not wait for it.
+func (s *session) undo(lk *Lock) error {
+	kind := stmtUnlock
+	if s.l.isContended(lk.key) {
+		kind = stmtUnlockNotify
+	}
+	var rep reply
+	err := s.send(s.stmtArgs(kind, lk.key, lk.shared, false))
+	if err == nil {
+		err = s.recv(context.Background(), &rep)
+	}
+	if err == nil && rep.pgErr != nil {
+		err = rep.pgErr
+	}
+	if err != nil {
+		// The lock may still be held: only the session's end frees it.
+		cause := fmt.Errorf("undo an abandoned lock: %w", err)
+		s.die(cause)
+		return errAlreadyDead
+	}
+	_ = s.released(lk, rep.ok)
+	return nil
+}
+
+// released records that lk was unlocked; ok is what the server answered.
+func (s *session) released(lk *Lock, ok bool) error {
+	s.l.mu.Lock()
+	delete(s.locks, lk)
+	lk.endLocked(lockUnlocked, nil)
+	s.l.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("server says the session (pid %d) did not hold it", s.pid)
+	}
+	return nil
+}
+
+func (k opKind) String() string {
+	if k == opUnlock {
+		return "unlock"
+	}
+	return "try"
+}
+
+// putKey encodes key's arguments into buf; it returns params and formats.
+func putKey(buf *[8]byte, hi, lo int32, pair bool, v int64) ([][]byte, []int16) {
+	if pair {
+		binary.BigEndian.PutUint32(buf[0:4], uint32(hi))
+		binary.BigEndian.PutUint32(buf[4:8], uint32(lo))
+		return [][]byte{buf[0:4], buf[4:8]}, []int16{1, 1}
+	}
+	binary.BigEndian.PutUint64(buf[:], uint64(v))
+	return [][]byte{buf[:]}, []int16{1}
+}
+
+// errAlreadyDead tells the caller of do or complete that die has run.
+var errAlreadyDead = errors.New("session already dead")
+
+// errSessionDied is wrapped by the error of a request whose session died.
+var errSessionDied = errors.New("session died")

@@ -1,0 +1,146 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/pglocks/pglocks"
+)
+
+type lockState uint8
+
+const (
+	lockHeld lockState = iota
+	lockUnlocking
+	lockUnlocked
+	lockLost
+	lockClosed
+)
+
+// Lock is one held session advisory lock, as returned by [Locker.Lock],
+// [Locker.TryLock], [Locker.RLock] and [Locker.TryRLock]. Release it with
+// [Lock.Unlock]; watch [Lock.Lost] (or [Lock.Context]) to learn that it was
+// lost. A Lock is safe for concurrent use.
+type Lock struct {
+	l      *Locker
+	key    pglocks.Key
+	shared bool
+	sess   *session
+	pid    uint32
+
+	ctx    context.Context // cancelled when the lock ends
+	cancel context.CancelCauseFunc
+	lost   chan struct{} // closed when the lock ends other than by Unlock
+
+	state lockState // guarded by l.mu
+	err   error     // guarded by l.mu: why it ended, if not by Unlock
+}
+
+// newLock makes the Lock for a key just taken on s and registers it there.
+// It takes over the caller's in-process reservation.
+func (l *Locker) newLock(s *session, key pglocks.Key, shared bool) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	lk := &Lock{l: l, key: key, shared: shared, sess: s, pid: s.pid, ctx: ctx, cancel: cancel, lost: make(chan struct{})}
+	l.mu.Lock()
+	s.locks[lk] = struct{}{}
+	l.mu.Unlock()
+	return lk
+}
+
+// endLocked ends the lock: it frees the reservation, wakes waiters in this
+// process and, unless st is lockUnlocked, announces the end on Lost with
+// cause err. l.mu must be held.
+func (lk *Lock) endLocked(st lockState, err error) {
+	if lk.state != lockHeld && lk.state != lockUnlocking {
+		return
+	}
+	lk.state = st
+	lk.err = err
+	id := idOf(lk.key)
+	lk.l.unreserveLocked(id, lk.shared)
+	lk.l.wakeLocked(id)
+	if st == lockUnlocked {
+		lk.cancel(errUnlocked)
+	} else {
+		lk.cancel(err)
+		close(lk.lost)
+	}
+}
+
+var errUnlocked = errors.New("advisory: unlocked")
+
+// Key returns the key the lock holds.
+func (lk *Lock) Key() pglocks.Key { return lk.key }
+
+// Shared reports whether the lock is shared (RLock) rather than exclusive.
+func (lk *Lock) Shared() bool { return lk.shared }
+
+// PID returns the server process id (pg_backend_pid) of the session that
+// holds the lock, as shown by pg_locks and pg_stat_activity.
+func (lk *Lock) PID() uint32 { return lk.pid }
+
+// Lost returns a channel that is closed when the lock ends other than by
+// [Lock.Unlock]: its session died (see [ErrLost]) or [Locker.Close]
+// released it (see [ErrClosed]). [Lock.Err] then says which. The channel
+// stays open after a successful Unlock.
+func (lk *Lock) Lost() <-chan struct{} { return lk.lost }
+
+// Context returns a context that is cancelled when the lock ends: on loss,
+// with a cause wrapping [ErrLost] or [ErrClosed] (see context.Cause), and
+// also on Unlock. Use it to bound work that must run only under the lock.
+func (lk *Lock) Context() context.Context { return lk.ctx }
+
+// Err returns nil while the lock is held or after it was unlocked, and why
+// it ended otherwise: an error wrapping [ErrLost] or [ErrClosed].
+func (lk *Lock) Err() error {
+	lk.l.mu.Lock()
+	defer lk.l.mu.Unlock()
+	return lk.err
+}
+
+// Unlock releases the lock, on the session that holds it. Afterwards the key
+// is free on the server (unless other holders share it). A second Unlock, or
+// one after the lock was lost or released by Close, returns an error
+// wrapping [ErrNotHeld] (and then [ErrLost] or [ErrClosed]).
+//
+// ctx bounds only the wait for the server's answer: the release is queued
+// at once and completes even if ctx ends first, in which case Unlock returns
+// ctx's error.
+func (lk *Lock) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return opErr("unlock", lk.key, errNilContext)
+	}
+	lk.l.mu.Lock()
+	switch lk.state {
+	case lockHeld:
+		lk.state = lockUnlocking
+	case lockLost, lockClosed:
+		err := lk.err
+		lk.l.mu.Unlock()
+		return opErr("unlock", lk.key, fmt.Errorf("%w: %w", ErrNotHeld, err))
+	default:
+		lk.l.mu.Unlock()
+		return opErr("unlock", lk.key, ErrNotHeld)
+	}
+	lk.l.mu.Unlock()
+	r := newRequest(opUnlock, lk.key, lk.shared)
+	r.lock = lk
+	ran, err := lk.sess.runDirect(ctx, r)
+	if !ran {
+		err = lk.sess.submit(ctx, r)
+	}
+	if err != nil {
+		var ab errAbandoned
+		if errors.As(err, &ab) {
+			return opErr("unlock", lk.key, fmt.Errorf("%w (the release goes on in the background)", ab.err))
+		}
+		// The session stopped before the unlock was queued: it died (the
+		// lock is lost) or Close released it.
+		if lerr := lk.Err(); lerr != nil {
+			return opErr("unlock", lk.key, fmt.Errorf("%w: %w", ErrNotHeld, lerr))
+		}
+		return opErr("unlock", lk.key, err)
+	}
+	return opErr("unlock", lk.key, r.err)
+}

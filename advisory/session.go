@@ -1,0 +1,255 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// session is one dedicated server connection that holds session locks.
+// Statements on it never interleave: whoever runs one holds mu, either a
+// caller (the direct path, when the session is idle) or the session's
+// worker goroutine, which runs queued requests in order and pings an idle
+// session that holds locks. A caller whose ctx ends never breaks the
+// connection: the statement's answer is still read, and an unwanted
+// acquisition undone.
+//
+// A try request carries its key's in-process reservation. The caller keeps
+// it unless it abandons the request (its ctx ended while the request was
+// queued or running); then the worker gives it back, or the lock taken
+// despite the caller leaving gives it back when the worker unlocks it.
+type session struct {
+	l       *Locker
+	conn    *pgconn.PgConn
+	pid     uint32
+	signal  chan struct{} // cap 1: the queue is not empty
+	pending atomic.Int32  // requests queued or running, for balancing
+
+	qmu     sync.Mutex
+	q       []*request
+	stopped bool
+	stopErr error // why the session stopped, set with stopped
+
+	mu       sync.Mutex    // held by whoever uses conn: worker or direct caller
+	dead     chan struct{} // closed by die or shutdown, with mu held
+	lastUse  time.Time     // guarded by mu
+	deadline time.Time     // guarded by mu: the socket's deadline
+	locks    map[*Lock]struct{}
+}
+
+func (s *session) pop() *request {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if len(s.q) == 0 {
+		return nil
+	}
+	r := s.q[0]
+	s.q[0] = nil
+	s.q = s.q[1:]
+	return r
+}
+
+// stop refuses new requests and returns the queued ones.
+func (s *session) stop(err error) []*request {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	s.stopped, s.stopErr = true, err
+	rest := s.q
+	s.q = nil
+	return rest
+}
+
+// fail finishes requests that will not run: tries with err, unlocks with
+// ErrNotHeld and why their lock ended.
+func (s *session) fail(rs []*request, err error) {
+	for _, r := range rs {
+		s.pending.Add(-1)
+		r.err = err
+		if r.kind == opUnlock {
+			r.err = fmt.Errorf("%w: %w", ErrNotHeld, r.lock.Err())
+		}
+		s.finishOrUndo(r)
+	}
+}
+
+// finishOrUndo hands a try that did not take the lock back to its caller,
+// or gives back the reservation of a caller that left.
+func (s *session) finishOrUndo(r *request) {
+	if !r.finish() && r.kind == opTry {
+		s.l.unreserve(idOf(r.key), r.shared)
+	}
+}
+
+// runDirect runs r on the caller's goroutine when the session is idle,
+// which saves two goroutine hand-offs per statement. It reports false, and
+// does nothing, when the session is busy or has requests queued (those go
+// first). If ctx ends while the statement runs, runDirect returns at once
+// with errAbandoned, and a goroutine reads the answer and completes r (an
+// unlock) or undoes it (a try) before it lets the session go.
+func (s *session) runDirect(ctx context.Context, r *request) (bool, error) {
+	if !s.mu.TryLock() {
+		return false, nil
+	}
+	s.qmu.Lock()
+	if s.stopped || len(s.q) > 0 {
+		s.qmu.Unlock()
+		s.mu.Unlock()
+		return false, nil
+	}
+	s.pending.Add(1)
+	s.qmu.Unlock()
+	handedOff, err := s.do(ctx, r)
+	if handedOff {
+		return true, errAbandoned{context.Cause(ctx)}
+	}
+	if err != nil {
+		s.die(err)
+	}
+	s.mu.Unlock()
+	return true, nil
+}
+
+// run is the worker: it runs queued requests, pings while holding locks,
+// and on Close releases everything and closes the connection.
+func (s *session) run() {
+	defer s.l.wg.Done()
+	tick := time.NewTicker(s.l.cfg.PingInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.signal:
+			if !s.drain() {
+				return
+			}
+		case <-tick.C:
+			if !s.mu.TryLock() {
+				continue // in use, so not idle
+			}
+			if s.isDead() {
+				s.mu.Unlock()
+				return
+			}
+			if s.holding() && time.Since(s.lastUse) >= s.l.cfg.PingInterval/2 {
+				err := s.ping()
+				s.lastUse = time.Now()
+				if err != nil {
+					s.die(fmt.Errorf("ping: %w", err))
+					s.mu.Unlock()
+					return
+				}
+			}
+			s.mu.Unlock()
+		case <-s.dead:
+			return
+		case <-s.l.closing:
+			s.mu.Lock()
+			if !s.isDead() {
+				s.shutdown()
+			}
+			s.mu.Unlock()
+			return
+		}
+	}
+}
+
+// drain runs the queued requests; false when the session died.
+func (s *session) drain() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for !s.isDead() {
+		r := s.pop()
+		if r == nil {
+			return true
+		}
+		if _, err := s.do(context.Background(), r); err != nil {
+			s.die(err)
+			return false
+		}
+	}
+	return false
+}
+
+func (s *session) isDead() bool {
+	select {
+	case <-s.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *session) holding() bool {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	return len(s.locks) > 0
+}
+
+// die closes the connection and announces the loss of every lock on it.
+// s.mu must be held.
+func (s *session) die(cause error) {
+	if errors.Is(cause, errAlreadyDead) || s.isDead() {
+		return
+	}
+	close(s.dead)
+	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.QueryTimeout)
+	_ = s.conn.Close(ctx)
+	cancel()
+	s.l.mu.Lock()
+	s.l.removeSessionLocked(s)
+	lost := fmt.Errorf("%w: session (pid %d) died: %w", ErrLost, s.pid, cause)
+	for lk := range s.locks {
+		lk.endLocked(lockLost, lost)
+	}
+	s.locks = nil
+	s.l.mu.Unlock()
+	err := fmt.Errorf("%w (pid %d): %w", errSessionDied, s.pid, cause)
+	s.fail(s.stop(err), err)
+}
+
+// shutdown releases every lock of the session and closes it (Close).
+// s.mu must be held.
+func (s *session) shutdown() {
+	close(s.dead)
+	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.QueryTimeout)
+	defer cancel()
+	s.arm()
+	rest := s.stop(ErrClosed)
+	_, err := s.conn.Exec(ctx, "select pg_advisory_unlock_all()").ReadAll()
+	_ = s.conn.Close(ctx)
+	s.l.mu.Lock()
+	s.l.removeSessionLocked(s)
+	if err == nil {
+		// Unlocks still queued are done: unlock_all released their locks.
+		for _, r := range rest {
+			if r.kind == opUnlock {
+				delete(s.locks, r.lock)
+				r.lock.endLocked(lockUnlocked, nil)
+			}
+		}
+	}
+	for lk := range s.locks {
+		if err != nil {
+			lk.endLocked(lockLost, fmt.Errorf("%w: Close could not release it: %w", ErrLost, err))
+		} else {
+			lk.endLocked(lockClosed, ErrClosed)
+		}
+	}
+	s.locks = nil
+	s.l.mu.Unlock()
+	for _, r := range rest {
+		if r.kind == opUnlock && err == nil {
+			s.pending.Add(-1)
+			r.finish()
+			continue
+		}
+		s.fail([]*request{r}, ErrClosed)
+	}
+	if err != nil {
+		s.l.addCloseErr(fmt.Errorf("advisory: close: release locks of session pid %d: %w", s.pid, err))
+	}
+}

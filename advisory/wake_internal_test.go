@@ -1,0 +1,105 @@
+package advisory
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/pgtest"
+)
+
+// contended reports whether l has heard that a waiter elsewhere wants key.
+func (l *Locker) contended(key pglocks.Key) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ks := l.keys[idOf(key)]
+	return ks != nil && ks.contended
+}
+
+// wakeRound holds key on holder, starts a waiter on waiter, waits until the
+// holder has heard the waiter ask for a notification, unlocks, and returns
+// the time from Unlock to the waiter holding the lock.
+func wakeRound(tb testing.TB, holder, waiter *Locker, key pglocks.Key) time.Duration {
+	ctx := context.Background()
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		w, err := waiter.Lock(ctx, key)
+		if err != nil {
+			tb.Error(err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		_ = w.Unlock(ctx)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !holder.contended(key) {
+		if time.Now().After(deadline) {
+			tb.Fatal("the holder never heard that a waiter wants the key")
+		}
+		<-time.After(50 * time.Microsecond)
+	}
+	start := time.Now()
+	if err := lk.Unlock(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	at, ok := <-got
+	if !ok {
+		tb.FailNow()
+	}
+	return at.Sub(start)
+}
+
+// wakePair returns two lockers on one database, the waiter with a backoff so
+// long that only a notification can wake it promptly.
+func wakePair(tb testing.TB) (holder, waiter *Locker) {
+	db := pgtest.New(tb)
+	pool := db.NewPool(tb, func(c *pgxpool.Config) { c.MaxConns = 4 })
+	holder, err := New(pool, Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	waiter, err = New(pool, Config{MinBackoff: time.Second, MaxBackoff: 5 * time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = holder.Close(context.Background())
+		_ = waiter.Close(context.Background())
+	})
+	return holder, waiter
+}
+
+func TestWakeUpLatency(t *testing.T) {
+	t.Parallel()
+	holder, waiter := wakePair(t)
+	key := pglocks.KeyOf("wake")
+	var lat []time.Duration
+	for range 30 {
+		lat = append(lat, wakeRound(t, holder, waiter, key))
+	}
+	slices.Sort(lat)
+	p50 := lat[len(lat)/2]
+	t.Logf("wake-up from Unlock to a waiter in another locker holding: p50 %v, p90 %v, max %v",
+		p50, lat[len(lat)*9/10], lat[len(lat)-1])
+	if p50 > 5*time.Millisecond {
+		t.Errorf("wake-up p50 %v, want ≤ 5ms", p50)
+	}
+}
+
+func BenchmarkWakeUp(b *testing.B) {
+	holder, waiter := wakePair(b)
+	key := pglocks.KeyOf("wake-bench")
+	var total time.Duration
+	for b.Loop() {
+		total += wakeRound(b, holder, waiter, key)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-wake/op")
+}

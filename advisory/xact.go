@@ -1,0 +1,115 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pglocks/pglocks"
+)
+
+// TryXactLock takes the exclusive transaction-scoped lock on key in tx
+// (pg_try_advisory_xact_lock), in one round trip, and fails with an error
+// wrapping [ErrLocked] when another session holds it. The lock is released
+// when tx commits or rolls back; there is no unlock.
+//
+// Transaction locks work through any connection, including PgBouncer in
+// transaction pooling mode, where session locks ([Locker]) are unsafe.
+// Note that the lock is re-entrant within tx's session, as in PostgreSQL.
+// If ctx ends during the statement pgx closes tx's connection, so roll back
+// on any error.
+func TryXactLock(ctx context.Context, tx pgx.Tx, key pglocks.Key) error {
+	return tryXact(ctx, "tryxactlock", tx, key, false)
+}
+
+// TryXactRLock is [TryXactLock] for the shared lock
+// (pg_try_advisory_xact_lock_shared).
+func TryXactRLock(ctx context.Context, tx pgx.Tx, key pglocks.Key) error {
+	return tryXact(ctx, "tryxactrlock", tx, key, true)
+}
+
+// XactLock takes the exclusive transaction-scoped lock on key in tx,
+// waiting until it is free or ctx ends. Like [Locker.Lock] it never waits
+// on the server (a cancelled server-side wait can leave a ghost waiter that
+// still takes the lock): it retries a try with jittered backoff from
+// [DefaultMinBackoff] to [DefaultMaxBackoff]. Transaction locks are
+// released by commit, which sends no notification, so waiters here poll.
+func XactLock(ctx context.Context, tx pgx.Tx, key pglocks.Key) error {
+	return waitXact(ctx, "xactlock", tx, key, false)
+}
+
+// XactRLock is [XactLock] for the shared lock.
+func XactRLock(ctx context.Context, tx pgx.Tx, key pglocks.Key) error {
+	return waitXact(ctx, "xactrlock", tx, key, true)
+}
+
+func checkXact(ctx context.Context, tx pgx.Tx, key pglocks.Key) error {
+	switch {
+	case ctx == nil:
+		return errNilContext
+	case tx == nil:
+		return errors.New("nil tx (transaction locks need a transaction: begin one first)")
+	}
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("context already done: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+func tryXact(ctx context.Context, op string, tx pgx.Tx, key pglocks.Key, shared bool) error {
+	if err := checkXact(ctx, tx, key); err != nil {
+		return opErr(op, key, err)
+	}
+	ok, err := tryXactOnce(ctx, tx, key, shared)
+	if err != nil {
+		return opErr(op, key, err)
+	}
+	if !ok {
+		return opErr(op, key, ErrLocked)
+	}
+	return nil
+}
+
+func waitXact(ctx context.Context, op string, tx pgx.Tx, key pglocks.Key, shared bool) error {
+	if err := checkXact(ctx, tx, key); err != nil {
+		return opErr(op, key, err)
+	}
+	backoff := DefaultMinBackoff
+	for {
+		ok, err := tryXactOnce(ctx, tx, key, shared)
+		if err != nil {
+			return opErr(op, key, err)
+		}
+		if ok {
+			return nil
+		}
+		t := time.NewTimer(jitter(backoff))
+		backoff = min(2*backoff, DefaultMaxBackoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return opErr(op, key, context.Cause(ctx))
+		}
+	}
+}
+
+func tryXactOnce(ctx context.Context, tx pgx.Tx, key pglocks.Key, shared bool) (bool, error) {
+	fn := "pg_try_advisory_xact_lock"
+	if shared {
+		fn += "_shared"
+	}
+	var ok bool
+	var err error
+	if hi, lo, isPair := key.Pair(); isPair {
+		err = tx.QueryRow(ctx, "select "+fn+"($1::int4, $2::int4)", hi, lo).Scan(&ok)
+	} else {
+		err = tx.QueryRow(ctx, "select "+fn+"($1::int8)", key.Int64()).Scan(&ok)
+	}
+	return ok, err
+}
