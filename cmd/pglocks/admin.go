@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// cmdKey prints the advisory-lock key of a name, for scripts:
+//
+//	psql -c "select pg_try_advisory_lock($(pglocks key nightly))"
+func cmdKey(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, _ := newFlags("key", stderr, false)
+	sql := fs.Bool("sql", false, "print the SQL expression that computes the key instead")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fail(exitUsage, "usage: pglocks key [--sql] NAME")
+	}
+	k := pglocks.KeyOf(fs.Arg(0))
+	if err := k.Validate(); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	if *sql {
+		fmt.Fprintln(stdout, k.SQL())
+	} else {
+		fmt.Fprintln(stdout, k.Int64())
+	}
+	return nil
+}
+
+// cmdMigrate creates the lease table (idempotent).
+func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, dsn := newFlags("migrate", stderr, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	pool, err := connect(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := lease.New(pool, lease.Config{})
+	if err != nil {
+		return err
+	}
+	defer store.Close(ctx)
+	if err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "lease table %s.%s is ready\n", store.Config().Schema, store.Config().Table)
+	return nil
+}
+
+// cmdBreak breaks a lease: its token is bumped, so its holder loses it and
+// the holder's guarded writes fail.
+func cmdBreak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, dsn := newFlags("break", stderr, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fail(exitUsage, "usage: pglocks break NAME")
+	}
+	pool, err := connect(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := lease.New(pool, lease.Config{})
+	if err != nil {
+		return err
+	}
+	defer store.Close(ctx)
+	token, err := store.Break(ctx, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "broke lease %s; its token is now %d\n", fs.Arg(0), token)
+	return nil
+}

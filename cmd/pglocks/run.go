@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// held is a lock or lease held for CMD.
+type held struct {
+	lost    <-chan struct{}
+	err     func() error
+	release func(context.Context) error
+	close   func(context.Context)
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, dsn := newFlags("run", stderr, true)
+	wait := fs.Duration("wait", 0, "wait this long for the lock when it is held (default: do not wait)")
+	useLease := fs.Bool("lease", false, "hold a lease (renewed in the background) instead of a session advisory lock")
+	ttl := fs.Duration("ttl", 30*time.Second, "the lease's TTL, with --lease")
+	killAfter := fs.Duration("kill-after", 10*time.Second, "after the lock is lost, SIGKILL CMD this long after SIGTERM")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) < 3 || rest[1] != "--" {
+		return fail(exitUsage, "usage: pglocks run [flags] NAME -- CMD [ARGS...]")
+	}
+	name, argv := rest[0], rest[2:]
+	if err := pglocks.ValidateName(name); err != nil {
+		return fail(exitUsage, "lock name: %v", err)
+	}
+	if *wait < 0 || *ttl <= 0 || *killAfter < 0 {
+		return fail(exitUsage, "--wait and --kill-after must not be negative, --ttl must be positive")
+	}
+	pool, err := connect(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	var h *held
+	if *useLease {
+		h, err = takeLease(ctx, pool, name, *ttl, *wait)
+	} else {
+		h, err = takeLock(ctx, pool, name, *wait)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.close(cctx)
+	}()
+	return runHolding(h, argv, *killAfter, stderr)
+}
+
+// takeLock takes the session advisory lock KeyOf(name).
+func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Duration) (*held, error) {
+	locker, err := advisory.New(pool, advisory.Config{ApplicationName: "pglocks run"})
+	if err != nil {
+		return nil, err
+	}
+	closeLocker := func(ctx context.Context) { _ = locker.Close(ctx) }
+	key := pglocks.KeyOf(name)
+	var lk *advisory.Lock
+	if wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		lk, err = locker.Lock(wctx, key)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			closeLocker(context.Background())
+			return nil, fail(exitBusy, "%s is held elsewhere; gave up after %v", name, wait)
+		}
+	} else {
+		lk, err = locker.TryLock(ctx, key)
+		if errors.Is(err, advisory.ErrLocked) {
+			msg := name + " is held elsewhere"
+			if hs, herr := locker.Holders(ctx, key); herr == nil {
+				for _, h := range hs {
+					if h.Granted {
+						msg += fmt.Sprintf(" (pid %d, %q, since %s)", h.PID, h.ApplicationName, h.Since.Format(time.RFC3339))
+						break
+					}
+				}
+			}
+			closeLocker(context.Background())
+			return nil, fail(exitBusy, "%s", msg)
+		}
+	}
+	if err != nil {
+		closeLocker(context.Background())
+		return nil, err
+	}
+	return &held{
+		lost:    lk.Lost(),
+		err:     lk.Err,
+		release: lk.Unlock,
+		close:   closeLocker,
+	}, nil
+}
+
+// maxRenewInterval caps the keep-alive's interval, so that a lease taken
+// over (pglocks break) stops CMD within seconds even with a long --ttl.
+const maxRenewInterval = 5 * time.Second
+
+// takeLease acquires the lease name with keep-alive.
+func takeLease(ctx context.Context, pool *pgxpool.Pool, name string, ttl, wait time.Duration) (*held, error) {
+	store, err := lease.New(pool, lease.Config{RenewFraction: min(1.0/3, float64(maxRenewInterval)/float64(ttl))})
+	if err != nil {
+		return nil, err
+	}
+	closeStore := func(ctx context.Context) { _ = store.Close(ctx) }
+	var ls *lease.Lease
+	if wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		ls, err = store.Acquire(wctx, name, ttl, lease.WithKeepAlive())
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			closeStore(context.Background())
+			return nil, fail(exitBusy, "lease %s is held elsewhere; gave up after %v", name, wait)
+		}
+	} else {
+		ls, err = store.TryAcquire(ctx, name, ttl, lease.WithKeepAlive())
+		var he *lease.HeldError
+		if errors.As(err, &he) {
+			closeStore(context.Background())
+			return nil, fail(exitBusy, "lease %s is held by %s (token %d) for another %v", name, he.Owner, he.Token, he.ExpiresIn.Round(time.Millisecond))
+		}
+	}
+	if err != nil {
+		closeStore(context.Background())
+		return nil, err
+	}
+	return &held{lost: ls.Lost(), err: ls.Err, release: ls.Release, close: closeStore}, nil
+}
+
+// runHolding runs argv while h is held, forwards signals to it, stops it
+// if h is lost, and releases h when it exits.
+func runHolding(h *held, argv []string, killAfter time.Duration, stderr io.Writer) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 4)
+	forwarded := []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+	if !isTerminal(os.Stdin) {
+		forwarded = append(forwarded, os.Interrupt)
+	} else {
+		signal.Ignore(os.Interrupt) // the terminal sends it to CMD too; outlive CMD to release
+	}
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		release(h)
+		return fail(exitUsage, "start %s: %v", argv[0], err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	lost := false
+	var kill <-chan time.Time
+	var waitErr error
+loop:
+	for {
+		select {
+		case waitErr = <-exited:
+			break loop
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case <-h.lost:
+			h.lost = nil
+			lost = true
+			fmt.Fprintf(stderr, "pglocks: lock lost while %s ran (%v); sending SIGTERM\n", argv[0], h.err())
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			kill = time.After(killAfter)
+		case <-kill:
+			_ = cmd.Process.Kill()
+		}
+	}
+	if lost {
+		return exitCode(exitLost)
+	}
+	release(h)
+	return statusOf(waitErr)
+}
+
+func release(h *held) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = h.release(ctx)
+}
+
+// statusOf turns CMD's exit into pglocks' exit status.
+func statusOf(err error) error {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		if err != nil {
+			return err
+		}
+		return nil
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitCode(128 + int(ws.Signal()))
+	}
+	return exitCode(ee.ExitCode())
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,184 @@
+package leader
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// Defaults of [Config].
+const (
+	DefaultTTL           = 15 * time.Second
+	DefaultRetryInterval = time.Second
+	DefaultChannel       = "pglocks_leader"
+)
+
+// ErrInvalidConfig is wrapped by every error [New] returns about its Config.
+var ErrInvalidConfig = errors.New("leader: invalid config")
+
+// Config configures an [Elector]. Name and Pool are required; every other
+// field has a documented default, and the zero value of each means that
+// default.
+type Config struct {
+	// Name names the election. Candidates with the same Name on the same
+	// database elect one leader among them. It must pass
+	// [pglocks.ValidateName] and be at most 900 bytes.
+	Name string
+
+	// Pool is the connection pool for the lease row, notifications and
+	// inspection. Required.
+	Pool *pgxpool.Pool
+
+	// Locker holds the campaign's advisory lock. Share one Locker among
+	// many elections: its few sessions hold every election's lock.
+	// Default: a Locker of its own on Pool, closed by [Elector.Close].
+	Locker *advisory.Locker
+
+	// Store holds the election's lease row (named "pglocks.leader:" +
+	// Name). Its table must exist ([lease.Store.Migrate]). Default: a Store
+	// of its own on Pool with the default table, closed by [Elector.Close].
+	Store *lease.Store
+
+	// Identity names this candidate in the lease row, in [Leader] and in
+	// logs. Default: hostname-pid-random.
+	Identity string
+
+	// TTL is the lease's time to live: how long a leader that can no longer
+	// reach the database may keep the lease before another candidate may
+	// take it, and so the longest failover when the server keeps a
+	// partitioned leader's session open. Default: 15s.
+	TTL time.Duration
+
+	// RenewInterval is how often the leader renews its lease. It must be
+	// below TTL/2, so that a failed renewal leaves time for another.
+	// Default: TTL/3.
+	RenewInterval time.Duration
+
+	// RetryInterval is how often a candidate that is not the leader checks
+	// on the current leader (for a stale one, and to report a new one to
+	// OnNewLeader), and how long a resigned leader sits out before it
+	// campaigns again. Jittered ±20%. Default: 1s.
+	RetryInterval time.Duration
+
+	// Grace bounds how long a leader trusts its advisory session after the
+	// last round trip on it succeeded; a new leader whose predecessor's
+	// lease is still unexpired waits Grace after taking the advisory lock
+	// before it takes the lease over (see the package doc). It must exceed
+	// 1.5 × the Locker's PingInterval plus a round trip. Default: 3 × the
+	// Locker's PingInterval.
+	Grace time.Duration
+
+	// NoTerminate keeps a candidate from terminating the server session of
+	// a stale leader: one whose lease has expired while its session still
+	// holds the advisory lock (a partitioned leader the server has not
+	// dropped yet). Then the election waits for the server to drop that
+	// session. Default: terminate it (pg_terminate_backend, which needs the
+	// same role or pg_signal_backend).
+	NoTerminate bool
+
+	// Channel is the LISTEN/NOTIFY channel on which leadership changes are
+	// announced to [Elector.Observe]. It must be a plain identifier.
+	// Default: "pglocks_leader".
+	Channel string
+
+	// Logger receives the elector's events. Default: discard.
+	Logger *slog.Logger
+
+	// OnElected is called when this candidate becomes leader, OnDemoted
+	// when it stops being leader, with the reason, and OnNewLeader when a
+	// candidate sees a new leader (itself included). They run one at a
+	// time, in order, on a goroutine of their own: they may block without
+	// holding up the election, but should not block for long.
+	OnElected   func(Term)
+	OnDemoted   func(term Term, reason error)
+	OnNewLeader func(Leader)
+}
+
+// leaseName is the lease row of an election.
+func leaseName(election string) string { return "pglocks.leader:" + election }
+
+// maxNameLen keeps the lease name within lease.MaxNameLen.
+const maxNameLen = 900
+
+func (c *Config) setDefaults(ping time.Duration) {
+	if c.Identity == "" {
+		c.Identity = defaultIdentity()
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = c.TTL / 3
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = DefaultRetryInterval
+	}
+	if c.Grace == 0 {
+		c.Grace = 3 * ping
+	}
+	if c.Channel == "" {
+		c.Channel = DefaultChannel
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// validate checks c after setDefaults; ping is the Locker's PingInterval.
+func (c *Config) validate(ping time.Duration) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case pglocks.ValidateName(c.Name) != nil:
+		return bad("Name: %v", pglocks.ValidateName(c.Name))
+	case len(c.Name) > maxNameLen:
+		return bad("Name is %d bytes, more than %d", len(c.Name), maxNameLen)
+	case c.TTL < 0 || c.RenewInterval < 0 || c.RetryInterval < 0 || c.Grace < 0:
+		return bad("TTL, RenewInterval, RetryInterval and Grace must not be negative")
+	case c.TTL < 100*time.Millisecond:
+		return bad("TTL %v is below 100ms", c.TTL)
+	case c.RenewInterval >= c.TTL/2:
+		return bad("RenewInterval %v must be below TTL/2 (TTL is %v)", c.RenewInterval, c.TTL)
+	case c.Grace <= ping+ping/2:
+		return bad("Grace %v must exceed 1.5 × the Locker's PingInterval %v", c.Grace, ping)
+	case c.Grace >= c.TTL:
+		return bad("Grace %v must be below TTL %v", c.Grace, c.TTL)
+	case !isIdent(c.Channel):
+		return bad("Channel %q is not a plain identifier (letters, digits, underscores)", c.Channel)
+	}
+	return nil
+}
+
+func isIdent(s string) bool {
+	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b)
+}

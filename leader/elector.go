@@ -1,0 +1,229 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/lease"
+)
+
+var (
+	// ErrRunning is returned by [Elector.Run] while another Run of the same
+	// Elector is under way.
+	ErrRunning = errors.New("leader: already running")
+	// ErrClosed is returned by an [Elector]'s methods after Close.
+	ErrClosed = errors.New("leader: elector closed")
+	// ErrLost is the cause of a leader's context when leadership was lost:
+	// its advisory session died, its lease was lost or broken, or it could
+	// no longer trust either in time.
+	ErrLost = errors.New("leader: leadership lost")
+	// ErrResigned is the cause of a leader's context after [Elector.Resign].
+	ErrResigned = errors.New("leader: resigned")
+	// ErrStopped is the cause of a leader's context when Run's ctx ended.
+	ErrStopped = errors.New("leader: stopped")
+	// ErrWorkDone is the cause of a leader's context when its work function
+	// returned: the leader steps down and campaigns again.
+	ErrWorkDone = errors.New("leader: work returned")
+)
+
+// Elector campaigns in one named election: [Elector.Run] makes this
+// candidate the leader whenever it can and runs the leader's work for as
+// long as it leads. Its methods are safe for concurrent use.
+type Elector struct {
+	cfg       Config
+	key       pglocks.Key
+	leaseName string
+	ownLocker bool
+	ownStore  bool
+
+	mu      sync.Mutex
+	running bool
+	closed  bool
+	current *tenure
+}
+
+// tenure is a term being led: the two things held, and the ways to end it.
+type tenure struct {
+	term   Term
+	lock   *advisory.Lock
+	lease  *lease.Lease
+	resign chan struct{} // closed by Resign
+	once   sync.Once
+	done   chan struct{} // closed once stepped down
+}
+
+// New returns an elector for cfg.Name. It validates cfg — errors wrap
+// [ErrInvalidConfig] and name the field — and, where cfg has no Locker or
+// Store, makes its own on cfg.Pool.
+func New(cfg Config) (*Elector, error) {
+	if cfg.Pool == nil {
+		return nil, fmt.Errorf("%w: Pool is nil", ErrInvalidConfig)
+	}
+	e := &Elector{}
+	if cfg.Locker == nil {
+		l, err := advisory.New(cfg.Pool, advisory.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("leader: %w", err)
+		}
+		cfg.Locker, e.ownLocker = l, true
+	}
+	ping := cfg.Locker.Config().PingInterval
+	cfg.setDefaults(ping)
+	if err := cfg.validate(ping); err != nil {
+		e.closeOwned(context.Background(), cfg)
+		return nil, err
+	}
+	if cfg.Store == nil {
+		s, err := lease.New(cfg.Pool, lease.Config{})
+		if err != nil {
+			e.closeOwned(context.Background(), cfg)
+			return nil, fmt.Errorf("leader: %w", err)
+		}
+		cfg.Store, e.ownStore = s, true
+	}
+	e.cfg = cfg
+	e.key = pglocks.KeyOf(leaseName(cfg.Name))
+	e.leaseName = leaseName(cfg.Name)
+	return e, nil
+}
+
+// Config returns the elector's configuration, defaults filled in.
+func (e *Elector) Config() Config { return e.cfg }
+
+// Key returns the advisory-lock key the campaign takes.
+func (e *Elector) Key() pglocks.Key { return e.key }
+
+// Close closes the Locker and Store the elector made itself (none, if the
+// Config supplied both). Call it after Run has returned. It is idempotent;
+// ctx bounds releasing the Locker's locks.
+func (e *Elector) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	return e.closeOwned(ctx, e.cfg)
+}
+
+func (e *Elector) closeOwned(ctx context.Context, cfg Config) error {
+	var errs []error
+	if e.ownStore && cfg.Store != nil {
+		errs = append(errs, cfg.Store.Close(ctx))
+	}
+	if e.ownLocker && cfg.Locker != nil {
+		errs = append(errs, cfg.Locker.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Current returns this candidate's term while it leads.
+func (e *Elector) Current() (Term, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.current == nil {
+		return Term{}, false
+	}
+	return e.current.term, true
+}
+
+// Resign steps down if this candidate leads: the leader's work sees its
+// context cancelled with [ErrResigned], and once it has returned the lease
+// is released and the advisory lock unlocked, so that another candidate
+// takes over at once. The resigned candidate sits out RetryInterval before
+// campaigning again. Resign returns when the step-down is complete or ctx
+// ends; it returns nil at once when this candidate does not lead.
+func (e *Elector) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	t := e.current
+	e.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	t.once.Do(func() { close(t.resign) })
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("leader: resign %q: %w", e.cfg.Name, context.Cause(ctx))
+	}
+}
+
+// Run campaigns until ctx ends: it waits to be elected, runs lead with a
+// context that is cancelled the moment leadership is lost, steps down, and
+// campaigns again. lead gets the [Term]; when lead returns while still
+// leading, the elector steps down ([ErrWorkDone]) and campaigns again.
+//
+// When ctx ends, a leader's work is cancelled ([ErrStopped]) and, once it
+// has returned, the leader resigns with a fresh context bounded by
+// RetryInterval + 5s, and Run returns nil. Run returns an error only when it
+// cannot run: lead is nil, the elector is closed, or another Run is under
+// way ([ErrRunning]).
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term Term) error) error {
+	if lead == nil {
+		return errors.New("leader: Run: lead is nil")
+	}
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		return ErrClosed
+	case e.running:
+		e.mu.Unlock()
+		return ErrRunning
+	}
+	e.running = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.running = false
+		e.mu.Unlock()
+	}()
+
+	hooks := newDispatcher()
+	defer hooks.close()
+	var sitOut time.Duration
+	for ctx.Err() == nil {
+		if sitOut > 0 && !sleep(ctx, sitOut) {
+			break
+		}
+		t, err := e.campaign(ctx, hooks)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.cfg.Logger.Warn("leader: campaign failed", "election", e.cfg.Name, "err", err)
+				sitOut = e.jitter(e.cfg.RetryInterval)
+			}
+			continue
+		}
+		reason := e.lead(ctx, t, lead, hooks)
+		sitOut = 0
+		if errors.Is(reason, ErrResigned) || errors.Is(reason, ErrWorkDone) {
+			sitOut = e.jitter(e.cfg.RetryInterval)
+		}
+	}
+	return nil
+}
+
+// jitter returns d ± 20%.
+func (e *Elector) jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// sleep waits d or until ctx ends; false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

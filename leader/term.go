@@ -1,0 +1,96 @@
+package leader
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// Term is one leadership of one candidate: from its election to its
+// demotion. Terms of an election are numbered by the lease's fencing token,
+// so a later term always has a higher Number, across crashes and server
+// restarts.
+type Term struct {
+	// Election is the election's name.
+	Election string
+	// Number is the term number: the lease's fencing token.
+	Number int64
+	// Identity is the leader's identity.
+	Identity string
+	// Since is when this candidate was elected, by its local clock.
+	Since time.Time
+
+	lease *lease.Lease
+}
+
+// Guard checks, inside the caller's transaction tx, that this term is still
+// the current one (owner, term number and expiry, by the server clock) and
+// locks the lease row FOR SHARE, so no later term can begin before tx ends:
+// tx's writes commit only while this term leads. It returns an error
+// wrapping [lease.ErrNotHeld] when the term is over. See [lease.Lease.Guard].
+func (t Term) Guard(ctx context.Context, tx pgx.Tx) error {
+	return t.lease.Guard(ctx, tx)
+}
+
+// Context returns a context cancelled when the term's lease is lost,
+// released or broken. The leader's work gets a context cancelled for every
+// reason a term ends; this one only follows the lease.
+func (t Term) Context() context.Context { return t.lease.Context() }
+
+// Leader is what a candidate or observer sees of an election's current
+// state, read from the lease row by the server clock.
+type Leader struct {
+	// Election is the election's name.
+	Election string
+	// Held reports whether some candidate leads now (its lease has not
+	// expired by the server clock). The fields below describe the latest
+	// term, held or not.
+	Held bool
+	// Identity is the leader's identity.
+	Identity string
+	// Term is the term number.
+	Term int64
+	// Since is when the term began, by the server clock.
+	Since time.Time
+	// Expiry is when the term's lease expires unless renewed, by the
+	// server clock.
+	Expiry time.Time
+	// Hostname and PID identify the leader's process.
+	Hostname string
+	PID      int
+
+	owner      uuid.UUID
+	sessionPID uint32 // the advisory lock's backend
+}
+
+// meta is the JSON kept in the lease row's metadata column.
+type meta struct {
+	Identity   string `json:"identity"`
+	SessionPID uint32 `json:"session_pid"`
+}
+
+func leaderFromInfo(election string, info lease.Info) Leader {
+	var m meta
+	_ = json.Unmarshal(info.Metadata, &m) // absent or foreign metadata: zero
+	return Leader{
+		Election:   election,
+		Held:       info.Held,
+		Identity:   m.Identity,
+		Term:       info.Token,
+		Since:      info.AcquiredAt,
+		Expiry:     info.ExpiresAt,
+		Hostname:   info.Hostname,
+		PID:        info.PID,
+		owner:      info.Owner,
+		sessionPID: m.SessionPID,
+	}
+}
+
+// sameTerm reports whether a and b show the same leader in the same term.
+func sameTerm(a, b Leader) bool {
+	return a.Held == b.Held && a.Term == b.Term && a.owner == b.owner
+}
