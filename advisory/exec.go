@@ -25,10 +25,15 @@ type reply struct {
 	pgErr error // a server error; the session stays usable
 }
 
+// monoBase anchors the session's verified times, which are stored as
+// offsets from it so that they keep Go's monotonic clock reading.
+var monoBase = time.Now()
+
 // arm bounds the next statements by QueryTimeout with a socket deadline,
-// renewed when less than half of it is left.
+// renewed when less than half of it is left, and notes the send time.
 func (s *session) arm() {
 	now := time.Now()
+	s.sentAt = now.Sub(monoBase)
 	if s.deadline.Sub(now) < s.l.cfg.QueryTimeout/2 {
 		s.deadline = now.Add(s.l.cfg.QueryTimeout)
 		_ = s.conn.Conn().SetDeadline(s.deadline)
@@ -78,6 +83,11 @@ func (s *session) recv(ctx context.Context, rep *reply) error {
 		case *pgproto3.ErrorResponse:
 			rep.pgErr = pgconn.ErrorResponseToPgError(m)
 		case *pgproto3.ReadyForQuery:
+			// The server answered: the session was alive when this
+			// statement was sent.
+			if v := int64(s.sentAt); v > s.verified.Load() {
+				s.verified.Store(v)
+			}
 			return nil
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pglocks/pglocks"
 )
@@ -35,6 +36,17 @@ type Lock struct {
 
 	state lockState // guarded by l.mu
 	err   error     // guarded by l.mu: why it ended, if not by Unlock
+}
+
+// VerifiedAt returns the send time of the latest round trip on the lock's
+// session that the server answered (a statement, or the ping a session
+// holding locks gets every PingInterval), as a reading of the monotonic
+// clock. The session — and so the lock — was alive at that instant: a
+// holder that must not act on a lock it may have lost can trust it until
+// VerifiedAt plus a grace longer than PingInterval and a round trip, as
+// package leader does. It keeps its last value once the lock has ended.
+func (lk *Lock) VerifiedAt() time.Time {
+	return monoBase.Add(time.Duration(lk.sess.verified.Load()))
 }
 
 // newLock makes the Lock for a key just taken on s and registers it there.

@@ -39,6 +39,8 @@ type session struct {
 	dead     chan struct{} // closed by die or shutdown, with mu held
 	lastUse  time.Time     // guarded by mu
 	deadline time.Time     // guarded by mu: the socket's deadline
+	sentAt   time.Duration // guarded by mu: send time of the statement in flight, since monoBase
+	verified atomic.Int64  // send time of the latest answered statement, since monoBase
 	locks    map[*Lock]struct{}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -104,14 +105,44 @@ func TestSafetyChurn(t *testing.T) {
 		lead = p
 		t.Logf("round %d: %s; leader %s term %d after %v", round, fault, lead.id, term, time.Since(healed).Round(time.Millisecond))
 	}
+	// A resumed process needs a moment to be scheduled and to run its own
+	// timers; on 2 shared cores under -race that can take a while.
+	const resumeGrace = 2 * time.Second
 	check(t, h, db, func(p *proc, at time.Time) bool {
 		for _, ps := range pauses {
-			if ps.p == p && !at.Before(ps.stop) && at.Before(ps.cont.Add(500*time.Millisecond)) {
+			if ps.p == p && !at.Before(ps.stop) && at.Before(ps.cont.Add(resumeGrace)) {
 				return true
 			}
 		}
 		return false
+	}, func(p *proc) string {
+		var s []string
+		for _, ps := range pauses {
+			if ps.p == p {
+				s = append(s, ps.stop.Format("15:04:05.000")+"–"+ps.cont.Format("15:04:05.000"))
+			}
+		}
+		return strings.Join(s, ", ")
 	})
+	// How long leaders paused beyond their TTL took to step down once
+	// resumed, for the record.
+	var delays []time.Duration
+	h.mu.Lock()
+	for _, ps := range pauses {
+		if ps.cont.Sub(ps.stop) <= ttl {
+			continue
+		}
+		for _, m := range h.msgs {
+			if m.from == ps.p && m.kind == "DEMOTED" && !m.wall.Before(ps.cont) {
+				delays = append(delays, m.wall.Sub(ps.cont))
+				break
+			}
+		}
+	}
+	h.mu.Unlock()
+	if len(delays) > 0 {
+		t.Logf("leaders paused beyond the TTL stepped down after SIGCONT: %s", summary(delays))
+	}
 }
 
 // leaderNow waits until the database shows a held term whose process has
@@ -150,7 +181,7 @@ func leaderNow(t *testing.T, h *hub, obs *pgx.Conn, deadline time.Time) (int64, 
 
 // check verifies the record of a churn run; paused says whether p was
 // paused (or just resumed) at an instant.
-func check(t *testing.T, h *hub, db *pgtest.DB, paused func(p *proc, at time.Time) bool) {
+func check(t *testing.T, h *hub, db *pgtest.DB, paused func(p *proc, at time.Time) bool, pausesOf func(*proc) string) {
 	t.Helper()
 	h.mu.Lock()
 	msgs := slices.Clone(h.msgs)
@@ -192,8 +223,9 @@ func check(t *testing.T, h *hub, db *pgtest.DB, paused func(p *proc, at time.Tim
 			// Overlap [b.from, a.to): allowed only while a's process was paused.
 			for at := b.from; at.Before(a.to) && at.Before(b.to); at = at.Add(10 * time.Millisecond) {
 				if !paused(a.p, at) {
-					t.Errorf("two leaders at %v: %s (term %d) and %s (term %d)",
-						at.Format("15:04:05.000"), a.p.id, a.term, b.p.id, b.term)
+					t.Errorf("two leaders at %v: %s (term %d, %v–%v, paused %s) and %s (term %d, from %v)",
+						at.Format("15:04:05.000"), a.p.id, a.term, a.from.Format("15:04:05.000"), a.to.Format("15:04:05.000"),
+						pausesOf(a.p), b.p.id, b.term, b.from.Format("15:04:05.000"))
 					break
 				}
 			}

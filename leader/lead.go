@@ -91,10 +91,8 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 // trip that succeeded on its advisory session. Both are monotonic readings.
 func (e *Elector) trustedUntil(t *tenure) time.Time {
 	until := t.lease.TrustedUntil()
-	if v, ok := any(t.lock).(interface{ VerifiedAt() time.Time }); ok { // TODO(lead): direct call once advisory has it
-		if s := v.VerifiedAt().Add(e.cfg.Grace); s.Before(until) {
-			until = s
-		}
+	if s := t.lock.VerifiedAt().Add(e.cfg.Grace); s.Before(until) {
+		until = s
 	}
 	return until
 }
