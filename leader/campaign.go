@@ -32,6 +32,8 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 			Identity: e.cfg.Identity,
 			Since:    time.Now(),
 			lease:    ls,
+			lock:     lk,
+			grace:    e.cfg.Grace,
 		},
 		lock:   lk,
 		lease:  ls,

@@ -29,7 +29,13 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 	// Cancelled only here, always with the reason (ErrStopped when ctx ends).
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	workDone := make(chan error, 1)
-	go func() { workDone <- work(workCtx, t.term) }()
+	if time.Now().Before(t.term.TrustedUntil()) {
+		go func() { workDone <- work(workCtx, t.term) }()
+	} else {
+		// Elected, but stalled past the trust deadline already (a starved
+		// process): step down without starting the work.
+		workDone <- nil
+	}
 	renewCtx, stopRenew := context.WithCancel(context.Background())
 	renewDone := make(chan struct{})
 	go func() { defer close(renewDone); e.renew(renewCtx, t) }()
@@ -85,17 +91,9 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 	}
 }
 
-// trustedUntil is when this leader must stop believing it leads: the
-// earlier of its lease's trust deadline (send time of the last successful
-// renewal + TTL − margin) and Grace after the send time of the last round
-// trip that succeeded on its advisory session. Both are monotonic readings.
-func (e *Elector) trustedUntil(t *tenure) time.Time {
-	until := t.lease.TrustedUntil()
-	if s := t.lock.VerifiedAt().Add(e.cfg.Grace); s.Before(until) {
-		until = s
-	}
-	return until
-}
+// trustedUntil is when this leader must stop believing it leads: see
+// [Term.TrustedUntil].
+func (e *Elector) trustedUntil(t *tenure) time.Time { return t.term.TrustedUntil() }
 
 // renew renews the lease every RenewInterval, retrying sooner after a
 // failure, each attempt bounded by the trust deadline. The lease itself

@@ -75,16 +75,38 @@ func child(dsn string) error {
 	fmt.Println("READY")
 	fenced := os.Getenv("LEADER_CHILD_FENCED") != ""
 	err = e.Run(ctx, func(ctx context.Context, term leader.Term) error {
+		// This process believes it leads while its ctx is live and its term
+		// is trusted: the contract a leader's work is held to.
+		trusted := func() (bool, time.Time) {
+			now := time.Now()
+			until := now.Add(time.Until(term.TrustedUntil())) // as a wall time
+			return ctx.Err() == nil && now.Before(until), until
+		}
+		if ok, _ := trusted(); !ok {
+			fmt.Printf("LATE %d %d\n", term.Number, time.Now().UnixNano())
+			<-ctx.Done()
+			return nil
+		}
 		fmt.Printf("ELECTED %d %d\n", term.Number, time.Now().UnixNano())
-		for fenced && ctx.Err() == nil {
-			// A guarded write; a deposed term's is refused.
-			_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if err := term.Guard(ctx, tx); err != nil {
-					return err
+		end := time.Now()
+		for {
+			ok, until := trusted()
+			if !ok {
+				if end = time.Now(); until.Before(end) {
+					end = until // belief ended at the trust deadline at the latest
 				}
-				_, err := tx.Exec(ctx, "insert into fenced (term, writer) values ($1, $2)", term.Number, os.Getenv("LEADER_CHILD_ID"))
-				return err
-			})
+				break
+			}
+			if fenced {
+				// A guarded write; a deposed term's is refused.
+				_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if err := term.Guard(ctx, tx); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, "insert into fenced (term, writer) values ($1, $2)", term.Number, os.Getenv("LEADER_CHILD_ID"))
+					return err
+				})
+			}
 			wait := time.NewTimer(10 * time.Millisecond)
 			select {
 			case <-ctx.Done():
@@ -92,8 +114,8 @@ func child(dsn string) error {
 			}
 			wait.Stop()
 		}
+		fmt.Printf("DEMOTED %d %d %v\n", term.Number, end.UnixNano(), context.Cause(ctx))
 		<-ctx.Done()
-		fmt.Printf("DEMOTED %d %d %v\n", term.Number, time.Now().UnixNano(), context.Cause(ctx))
 		return nil
 	})
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -25,6 +26,24 @@ type Term struct {
 	Since time.Time
 
 	lease *lease.Lease
+	lock  *advisory.Lock
+	grace time.Duration
+}
+
+// TrustedUntil returns the local deadline (a monotonic reading) until which
+// this term may be trusted without asking the database: the earlier of the
+// lease's trust deadline (send time of its last successful renewal + TTL −
+// margin) and Grace after the last answered round trip on the advisory
+// session. The leader's context is cancelled when it passes; a leader about
+// to do something it cannot fence — send an email, call an API that ignores
+// the term — should check it first, since a process stalled by the
+// scheduler may run before its timers do.
+func (t Term) TrustedUntil() time.Time {
+	until := t.lease.TrustedUntil()
+	if s := t.lock.VerifiedAt().Add(t.grace); s.Before(until) {
+		until = s
+	}
+	return until
 }
 
 // Guard checks, inside the caller's transaction tx, that this term is still
