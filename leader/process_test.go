@@ -88,7 +88,7 @@ func child(dsn string) error {
 			return nil
 		}
 		fmt.Printf("ELECTED %d %d\n", term.Number, time.Now().UnixNano())
-		end := time.Now()
+		var end time.Time
 		for {
 			ok, until := trusted()
 			if !ok {
