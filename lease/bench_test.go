@@ -241,3 +241,49 @@ func rawPair(ctx context.Context, db interface {
 		where name = $1 and owner = $2 and token = $3`, name, owner, token)
 	return err
 }
+
+// BenchmarkVsFloor runs SELECT 1, the raw two-statement SQL pair and
+// TryAcquire + Release alternately in every iteration, so that a noisy
+// machine slows all three alike, and reports their ratios.
+func BenchmarkVsFloor(b *testing.B) {
+	ctx := context.Background()
+	db, _, s := benchSetup(b, 1)
+	conn := db.Conn(b)
+	l, err := s.TryAcquire(ctx, "raw", time.Minute) // create the raw pair's row
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		b.Fatal(err)
+	}
+	owner := uuid.New()
+	var floor, raw, ours time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := conn.Exec(ctx, "select 1"); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := rawPair(ctx, conn, "raw", owner); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		l, err := s.TryAcquire(ctx, "ours", time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		floor += t1.Sub(t0)
+		raw += t2.Sub(t1)
+		ours += t3.Sub(t2)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(floor.Nanoseconds())/n, "select1-ns")
+	b.ReportMetric(float64(raw.Nanoseconds())/n, "rawpair-ns")
+	b.ReportMetric(float64(ours.Nanoseconds())/n, "acquire+release-ns")
+	b.ReportMetric(float64(ours)/float64(raw), "ours/rawpair")
+	b.ReportMetric(float64(ours)/float64(floor), "ours/select1")
+}

@@ -2,17 +2,13 @@ package pgtest
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // partitionSubnet is where links live: each takes a /30, the root side .1
@@ -37,6 +33,9 @@ var errNoPartition = fmt.Errorf("pgtest: kernel-level partition unavailable (nee
 // newNetLink creates a namespace and veth pair with permanent neighbour
 // entries (no ARP to fail during a partition).
 func newNetLink() (*netLink, error) {
+	if runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("%w: network namespaces are Linux's", errNoPartition)
+	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoPartition, err)
 	}
@@ -140,45 +139,6 @@ func (l *netLink) close() {
 	_ = run("ip", "netns", "del", l.ns)
 	_ = run("ip", "link", "del", l.rootIf) // gone already, unless the move failed
 	l.reaper.dismiss()
-}
-
-// dial connects to addr from inside the namespace: the socket is created on
-// an OS thread switched into it, and keeps the namespace after the switch
-// back.
-func (l *netLink) dial(ctx context.Context, addr string) (net.Conn, error) {
-	target, err := os.Open("/run/netns/" + l.ns)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{nil, err}
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{nil, err}
-			return
-		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		} // else: the thread stays locked and exits with this goroutine.
-		ch <- result{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
 }
 
 func run(args ...string) error {

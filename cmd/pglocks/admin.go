@@ -39,21 +39,13 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	pool, err := connect(ctx, *dsn)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	store, err := lease.New(pool, lease.Config{})
-	if err != nil {
-		return err
-	}
-	defer store.Close(ctx)
-	if err := store.Migrate(ctx); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "lease table %s.%s is ready\n", store.Config().Schema, store.Config().Table)
-	return nil
+	return withStore(ctx, *dsn, func(store *lease.Store) error {
+		if err := store.Migrate(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "lease table %s.%s is ready\n", store.Config().Schema, store.Config().Table)
+		return nil
+	})
 }
 
 // cmdBreak breaks a lease: its token is bumped, so its holder loses it and
@@ -66,7 +58,19 @@ func cmdBreak(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 1 {
 		return fail(exitUsage, "usage: pglocks break NAME")
 	}
-	pool, err := connect(ctx, *dsn)
+	return withStore(ctx, *dsn, func(store *lease.Store) error {
+		token, err := store.Break(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "broke lease %s; its token is now %d\n", fs.Arg(0), token)
+		return nil
+	})
+}
+
+// withStore runs fn with a lease store on the database.
+func withStore(ctx context.Context, dsn string, fn func(*lease.Store) error) error {
+	pool, err := connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
@@ -75,11 +79,6 @@ func cmdBreak(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer store.Close(ctx)
-	token, err := store.Break(ctx, fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "broke lease %s; its token is now %d\n", fs.Arg(0), token)
-	return nil
+	defer store.Close(context.WithoutCancel(ctx))
+	return fn(store)
 }

@@ -22,7 +22,9 @@
 //
 // SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD (SIGINT only when
 // stdin is not a terminal: a terminal sends it to CMD itself), and the lock
-// is released when CMD exits.
+// is released when CMD exits. Should pglocks itself be killed outright, its
+// lock is freed by the server and, on Linux, CMD gets SIGTERM from the
+// kernel: it never runs on believing it holds the lock.
 //
 // The database is --dsn, else DATABASE_URL, else libpq's PG* environment
 // variables (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD, …).

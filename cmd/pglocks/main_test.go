@@ -254,6 +254,22 @@ func TestStatus(t *testing.T) {
 	ls.wait(t)
 }
 
+func TestKilledRunStopsCommand(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	h := c.hold([]string{"run", "orphan"}, `trap 'echo got-term >&2; exit 0' TERM; echo ready; read line`)
+	_ = h.cmd.Process.Kill() // pglocks dies without forwarding anything
+	// CMD's stdout is the pipe we read: it closes once CMD has exited too.
+	select {
+	case <-h.errc:
+	case <-time.After(time.Minute):
+		t.Fatal("pglocks did not die")
+	}
+	if _, _, code := c.run("run", "--wait", "30s", "orphan", "--", "true"); code != 0 {
+		t.Fatalf("the lock of a killed run was not freed: %d", code)
+	}
+}
+
 func TestBreak(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)

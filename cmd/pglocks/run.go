@@ -153,6 +153,7 @@ func takeLease(ctx context.Context, pool *pgxpool.Pool, name string, ttl, wait t
 func runHolding(h *held, argv []string, killAfter time.Duration, stderr io.Writer) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	guardChild(cmd)
 	sigs := make(chan os.Signal, 4)
 	forwarded := []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 	if !isTerminal(os.Stdin) {

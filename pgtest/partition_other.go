@@ -1,0 +1,13 @@
+//go:build !linux
+
+package pgtest
+
+import (
+	"context"
+	"net"
+)
+
+// dial is Linux's; newNetLink refuses to make a link elsewhere.
+func (l *netLink) dial(context.Context, string) (net.Conn, error) {
+	return nil, errNoPartition
+}
