@@ -148,8 +148,10 @@ func (s *session) do(ctx context.Context, r *request) (handedOff bool, err error
 func (s *session) resume(r *request, rep reply) {
 	defer s.l.wg.Done()
 	defer s.mu.Unlock()
-	s.deadline = time.Time{}
-	s.arm()
+	// A fresh deadline for the rest of the answer, set directly: arm would
+	// also move sentAt, and VerifiedAt must count from the real send time.
+	s.deadline = time.Now().Add(s.l.cfg.QueryTimeout)
+	_ = s.conn.Conn().SetDeadline(s.deadline)
 	err := s.recv(context.Background(), &rep)
 	if err := s.complete(r, &rep, err); err != nil {
 		s.die(err)
@@ -172,9 +174,23 @@ func (s *session) complete(r *request, rep *reply, err error) error {
 		return errAlreadyDead
 	}
 	if rep.pgErr != nil {
-		r.err = rep.pgErr
+		var pe *pgconn.PgError
+		if r.kind == opTry && errors.As(rep.pgErr, &pe) && pe.Code == "53200" {
+			// Out of shared memory: the lock table is full and the try
+			// took nothing; the session is fine.
+			r.err = rep.pgErr
+			s.finishOrUndo(r)
+			return nil
+		}
+		// The statement failed part-way (a cancel, a statement_timeout, a
+		// failed pg_notify): whether the session now holds the key is
+		// unknown, and a session lock ignores rollback. Only the session's
+		// end settles it, freeing everything it held, announced as lost.
+		cause := fmt.Errorf("%s failed, so the session is closed: %w", r.kind, rep.pgErr)
+		s.die(cause)
+		r.err = cause
 		s.finishOrUndo(r)
-		return nil
+		return errAlreadyDead
 	}
 	switch r.kind {
 	case opTry:

@@ -124,25 +124,6 @@ func TestSafetyChurn(t *testing.T) {
 		}
 		return strings.Join(s, ", ")
 	})
-	// How long leaders paused beyond their TTL took to step down once
-	// resumed, for the record.
-	var delays []time.Duration
-	h.mu.Lock()
-	for _, ps := range pauses {
-		if ps.cont.Sub(ps.stop) <= ttl {
-			continue
-		}
-		for _, m := range h.msgs {
-			if m.from == ps.p && m.kind == "DEMOTED" && !m.wall.Before(ps.cont) {
-				delays = append(delays, m.wall.Sub(ps.cont))
-				break
-			}
-		}
-	}
-	h.mu.Unlock()
-	if len(delays) > 0 {
-		t.Logf("leaders paused beyond the TTL stepped down after SIGCONT: %s", summary(delays))
-	}
 }
 
 // leaderNow waits until the database shows a held term whose process has

@@ -161,6 +161,24 @@ func (c *Config) validate(ping time.Duration) error {
 	return nil
 }
 
+// validateStore checks the TTL against the Store the lease lives in: within
+// its MaxTTL, and leaving room for a renewal before the trust deadline.
+func (c *Config) validateStore(sc lease.Config) error {
+	margin := sc.SafetyMargin
+	if margin == 0 {
+		margin = c.TTL / 10
+	}
+	switch {
+	case c.TTL > sc.MaxTTL:
+		return fmt.Errorf("%w: TTL %v exceeds the Store's MaxTTL %v", ErrInvalidConfig, c.TTL, sc.MaxTTL)
+	case c.TTL <= margin:
+		return fmt.Errorf("%w: TTL %v must exceed the Store's SafetyMargin %v", ErrInvalidConfig, c.TTL, margin)
+	case c.RenewInterval >= c.TTL-margin:
+		return fmt.Errorf("%w: RenewInterval %v must be below TTL − the Store's SafetyMargin (%v)", ErrInvalidConfig, c.RenewInterval, c.TTL-margin)
+	}
+	return nil
+}
+
 func isIdent(s string) bool {
 	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
 		return false

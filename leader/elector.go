@@ -87,6 +87,10 @@ func New(cfg Config) (*Elector, error) {
 		}
 		cfg.Store, e.ownStore = s, true
 	}
+	if err := cfg.validateStore(cfg.Store.Config()); err != nil {
+		e.closeOwned(context.Background(), cfg)
+		return nil, err
+	}
 	e.cfg = cfg
 	e.key = pglocks.KeyOf(leaseName(cfg.Name))
 	e.leaseName = leaseName(cfg.Name)

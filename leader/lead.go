@@ -122,13 +122,21 @@ func (e *Elector) renew(ctx context.Context, t *tenure) {
 }
 
 // stepDown releases the lease, then the advisory lock, with a fresh bounded
-// context: a candidate woken by the unlock finds the lease free.
+// context: a candidate woken by the unlock finds the lease free. A term no
+// longer trusted unlocks first: its release may be what is failing, and a
+// candidate should not have to terminate a shared session to get past it.
 func (e *Elector) stepDown(t *tenure) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
 	defer cancel()
+	trusted := t.lease.Err() == nil && time.Now().Before(t.term.TrustedUntil())
+	if !trusted {
+		e.unlock(t.lock)
+	}
 	if err := t.lease.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) && !errors.Is(err, lease.ErrLost) {
 		e.cfg.Logger.Warn("leader: release lease", "election", e.cfg.Name, "term", t.term.Number, "err", err)
 	}
-	e.unlock(t.lock)
+	if trusted {
+		e.unlock(t.lock)
+	}
 	e.notify(ctx)
 }

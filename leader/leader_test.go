@@ -180,6 +180,7 @@ func TestConfigValidation(t *testing.T) {
 		{"GraceTooShort", leader.Config{Name: "x", Grace: time.Millisecond}, "Grace"},
 		{"GraceTooLong", leader.Config{Name: "x", TTL: time.Second, Grace: 2 * time.Second}, "Grace 2s must be below TTL"},
 		{"BadChannel", leader.Config{Name: "x", Channel: "no-dashes"}, "Channel"},
+		{"TTLAboveStoreMax", leader.Config{Name: "x", TTL: 48 * time.Hour}, "exceeds the Store's MaxTTL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Pool = pool

@@ -47,7 +47,16 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 		case errors.As(err, &held):
 			wait, backoff = held.ExpiresIn+jitter(held.ExpiresIn), 0
 		case transient(err) && ctx.Err() == nil:
-			// A restart or a dropped connection: keep waiting.
+			// A restart or a dropped connection: keep waiting. A failed
+			// attempt may have left a cleanup of its owner's row running:
+			// the next attempt must not share that owner.
+			if !o.hasOwner {
+				id, uerr := uuid.NewRandom()
+				if uerr != nil {
+					return nil, wrapAcquire(name, uerr)
+				}
+				o.owner = id
+			}
 			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 			wait = backoff + jitter(backoff)
 		default:
@@ -114,20 +123,28 @@ func ambiguous(err error) bool {
 	return err != nil && !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
 }
 
-// cleanup frees, in the background, a lease that an interrupted acquire
-// may have taken: the owner id is fresh, so only that acquire's row can
-// match. Close waits for it.
-func (s *Store) cleanup(name string, owner uuid.UUID, ttl time.Duration) {
+// cleanup frees a lease that an interrupted acquire may have taken, in the
+// background — Close waits for it — or, with wait, before it returns. The
+// release matches (name, owner): a background cleanup is safe only for an
+// owner id that no later acquisition uses (a fresh one per attempt).
+func (s *Store) cleanup(name string, owner uuid.UUID, ttl time.Duration, wait bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return // nobody waits for it; the row expires at the end of its TTL
 	}
 	s.wg.Add(1)
+	done := make(chan struct{})
 	go func() {
 		defer s.wg.Done()
+		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), min(ttl, 10*time.Second))
 		defer cancel()
 		_, _ = s.pool.Exec(ctx, s.q.releaseOwnerSQL, name, pgUUID(owner), s.q.channel, interestKey(s.q.channel, name)) // best effort
 	}()
+	if wait {
+		s.mu.Unlock()
+		<-done
+		s.mu.Lock()
+	}
 }

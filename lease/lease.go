@@ -33,6 +33,7 @@ type Lease struct {
 
 	mu         sync.Mutex
 	ended      bool // released, lost or abandoned
+	releasing  bool // guarded by mu: a Release is under way; a renew that finds no row leaves the outcome to it
 	err        error
 	expiresAt  time.Time // server clock
 	trustUntil time.Time // local clock, monotonic
@@ -182,7 +183,12 @@ func (l *Lease) renew(ctx context.Context) error {
 	var exp time.Time
 	err := noRows(l.store.pool.QueryRow(ctx, l.store.q.renewSQL, l.args()...).Scan(&exp))
 	if err == ErrNotHeld {
-		l.lose("renew")
+		l.mu.Lock()
+		releasing := l.releasing
+		l.mu.Unlock()
+		if !releasing { // else the release's own answer decides
+			l.lose("renew")
+		}
 		return ErrNotHeld
 	}
 	if err != nil {
@@ -244,10 +250,14 @@ func (l *Lease) release(ctx context.Context) error {
 		l.mu.Unlock()
 		return fmt.Errorf("%w (already released)", ErrNotHeld)
 	}
+	l.releasing = true
 	l.mu.Unlock()
 	q := &l.store.q
 	tag, err := l.store.pool.Exec(ctx, q.releaseSQL, append(l.args(), q.channel, interestKey(q.channel, l.name))...)
 	if err != nil {
+		l.mu.Lock()
+		l.releasing = false // the lease stays live: Release may be retried
+		l.mu.Unlock()
 		return err
 	}
 	n := tag.RowsAffected()

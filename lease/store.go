@@ -194,7 +194,10 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		r, err := s.q.acquire(ctx, s.pool, name, o, ttl, s.cfg)
 		if err != nil {
 			if ambiguous(err) {
-				s.cleanup(name, o.owner, ttl)
+				// A fresh owner matches only this attempt's row, so its
+				// cleanup may run late. A caller's owner may acquire again
+				// right after this error: clean up before returning.
+				s.cleanup(name, o.owner, ttl, o.hasOwner)
 			}
 			return nil, err
 		}
