@@ -78,8 +78,10 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 			return ErrWorkDone, err, true
 		case <-t.lock.Lost():
 			return fmt.Errorf("%w: advisory session ended: %w", ErrLost, t.lock.Err()), nil, false
-		case <-t.lease.Lost():
-			return fmt.Errorf("%w: %w", ErrLost, t.lease.Err()), nil, false
+		case <-t.lease.Context().Done():
+			// Every end of the lease: lost, broken, or abandoned by a Store
+			// closed under us (which does not close Lost).
+			return fmt.Errorf("%w: %w", ErrLost, context.Cause(t.lease.Context())), nil, false
 		case <-timer.C:
 			until := e.trustedUntil(t)
 			if left := time.Until(until); left > 0 {

@@ -323,6 +323,27 @@ func TestTermFencing(t *testing.T) {
 	}
 }
 
+// A Store closed under a leader ends its term at once, not at the trust
+// deadline.
+func TestStoreClosedUnderLeader(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	r := newReplica(t, db.DSN)
+	c := startCandidate(t, r, "closing", "c", func(cfg *leader.Config) { cfg.TTL = time.Minute })
+	waitEvent(t, c.elected, "election")
+	if err := r.store.Close(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-c.demoted:
+		if !errors.Is(d.reason, leader.ErrLost) {
+			t.Fatalf("demoted because %v, want ErrLost", d.reason)
+		}
+	case <-time.After(20 * time.Second): // the trust deadline is 54s away
+		t.Fatal("the leader did not notice its Store closing")
+	}
+}
+
 func TestObserve(t *testing.T) {
 	t.Parallel()
 	db := setup(t)
