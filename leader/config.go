@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/ident"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -155,8 +156,8 @@ func (c *Config) validate(ping time.Duration) error {
 		return bad("Grace %v must exceed 1.5 × the Locker's PingInterval %v", c.Grace, ping)
 	case c.Grace >= c.TTL:
 		return bad("Grace %v must be below TTL %v", c.Grace, c.TTL)
-	case !isIdent(c.Channel):
-		return bad("Channel %q is not a plain identifier (letters, digits, underscores)", c.Channel)
+	case ident.Check(c.Channel) != nil:
+		return bad("Channel: %v", ident.Check(c.Channel))
 	}
 	return nil
 }
@@ -177,18 +178,6 @@ func (c *Config) validateStore(sc lease.Config) error {
 		return fmt.Errorf("%w: RenewInterval %v must be below TTL − the Store's SafetyMargin (%v)", ErrInvalidConfig, c.RenewInterval, c.TTL-margin)
 	}
 	return nil
-}
-
-func isIdent(s string) bool {
-	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
-		return false
-	}
-	for _, r := range s {
-		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 func defaultIdentity() string {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/pglocks/pglocks/internal/ident"
 )
 
 const (
@@ -26,8 +27,6 @@ const (
 	// MaxNameLen is the longest lease name, in bytes: well below the
 	// 2,704-byte limit of a btree index entry, and of a NOTIFY payload.
 	MaxNameLen = 1024
-	// maxIdentLen is PostgreSQL's NAMEDATALEN - 1.
-	maxIdentLen = 63
 )
 
 // Config configures a [Store]. The zero value is valid: every field has a
@@ -114,7 +113,7 @@ func (c Config) validate() error {
 	for _, f := range []struct{ field, v string }{
 		{"Schema", c.Schema}, {"Table", c.Table}, {"Channel", c.Channel},
 	} {
-		if err := validIdent(f.v); err != nil {
+		if err := ident.Check(f.v); err != nil {
 			return fmt.Errorf("%w: Config.%s: %w", ErrInvalidConfig, f.field, err)
 		}
 	}
@@ -129,26 +128,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Config.RenewFraction %v is outside (0, 0.5]", ErrInvalidConfig, c.RenewFraction)
 	case c.PID < 0 || c.PID > 1<<31-1:
 		return fmt.Errorf("%w: Config.PID %d is not a process id", ErrInvalidConfig, c.PID)
-	}
-	return nil
-}
-
-// validIdent accepts plain identifiers only, so that no configuration can
-// smuggle SQL in (they are quoted too) or depend on case folding.
-func validIdent(s string) error {
-	if s == "" {
-		return fmt.Errorf("empty identifier")
-	}
-	if len(s) > maxIdentLen {
-		return fmt.Errorf("identifier %q is longer than %d bytes", s, maxIdentLen)
-	}
-	for i, r := range s {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return fmt.Errorf("identifier %q may hold only ASCII letters, digits and underscores, not starting with a digit", s)
-		}
 	}
 	return nil
 }
