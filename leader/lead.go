@@ -66,7 +66,7 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 // watch waits for the end of the term and returns why, with the work's
 // result if the work returned.
 func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (reason, workErr error, returned bool) {
-	timer := time.NewTimer(time.Until(e.trustedUntil(t)))
+	timer := time.NewTimer(time.Until(t.term.TrustedUntil()))
 	defer timer.Stop()
 	for {
 		select {
@@ -83,7 +83,7 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 			// closed under us (which does not close Lost).
 			return fmt.Errorf("%w: %w", ErrLost, context.Cause(t.lease.Context())), nil, false
 		case <-timer.C:
-			until := e.trustedUntil(t)
+			until := t.term.TrustedUntil()
 			if left := time.Until(until); left > 0 {
 				timer.Reset(left)
 				continue
@@ -92,10 +92,6 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 		}
 	}
 }
-
-// trustedUntil is when this leader must stop believing it leads: see
-// [Term.TrustedUntil].
-func (e *Elector) trustedUntil(t *tenure) time.Time { return t.term.TrustedUntil() }
 
 // renew renews the lease every RenewInterval, retrying sooner after a
 // failure, each attempt bounded by the trust deadline. The lease itself
