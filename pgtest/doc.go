@@ -44,11 +44,41 @@
 // the way an operator or a failover does, and return once they are gone.
 // [Server.Restart] stops and starts a throwaway server on the same address;
 // restart tests should use their own server from [NewServer]. A [Proxy]
-// stands between clients and the server: it passes, delays, blackholes or
-// resets their connections.
+// stands between clients and the server. What each of its faults looks
+// like from either end:
 //
-// The proxy is our own, about two hundred lines, rather than an embedded
-// Toxiproxy: we need four behaviours applied to every connection at once,
+//	fault                       client sees                  server sees
+//	Blackhole                   queries hang (held bytes      an idle session; TCP
+//	                            arrive after Pass)            alive (proxy acks)
+//	DropReplies                 queries hang; no reply ever   statements run and
+//	                                                          commit; TCP alive
+//	DropRequests                queries hang                  nothing arrives; TCP alive
+//	SetLatency                  every chunk delayed           the same, delayed
+//	Reset                       connection reset              connection reset
+//	Partition                   queries hang                  peer silent: the session
+//	                                                          ends within its keepalive
+//	                                                          bound, locks freed
+//	PartitionToServer           queries hang, then the        as Partition
+//	                            connection closes when the
+//	                            server gives up (its reset
+//	                            crosses)
+//	PartitionToClient           statements run, no reply      requests arrive, nothing
+//	                            ever                          is acked: the session ends
+//	                                                          by tcp_user_timeout or
+//	                                                          keepalives, locks freed
+//
+// Blackhole, DropReplies, DropRequests and SetLatency act on bytes in the
+// proxy, whose own kernel keeps acknowledging both sides: no TCP timer on
+// either side fires, only deadlines and PostgreSQL's own timeouts do. The
+// partitions ([Partitionable] proxies) drop packets in the kernel, beyond
+// the server's network interface, so the server's keepalives
+// (tcp_keepalives_idle + _interval × _count) and tcp_user_timeout see its
+// peer vanish, as in a real network partition. Without those settings the
+// server waits for the kernel's defaults (hours). [Proxy.Heal] ends a
+// partition; [Proxy.Pass] ends every fault.
+//
+// The proxy is our own, a few hundred lines, rather than an embedded
+// Toxiproxy: we need six behaviours applied to every connection at once,
 // switched synchronously from test code. Toxiproxy would bring an HTTP API,
 // a toxic scheduler and its dependency tree for that, and its timeout toxic
 // closes connections where we want them held.

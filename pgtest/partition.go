@@ -3,7 +3,6 @@ package pgtest
 import (
 	"bytes"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,11 +23,11 @@ type netLink struct {
 	rootIf, nsIf string // veth ends
 	rootIP, nsIP string
 	reaper       *reaper
-	partitioned  bool
+	tool         string // "nft" or "iptables": see setupDrops
 }
 
 // errNoPartition wraps every reason a partitionable proxy cannot be made.
-var errNoPartition = fmt.Errorf("pgtest: kernel-level partition unavailable (needs root or CAP_NET_ADMIN, ip and tc, and a local-mode server): %w", ErrUnsupported)
+var errNoPartition = fmt.Errorf("pgtest: kernel-level partition unavailable (needs root or CAP_NET_ADMIN, ip and nft or iptables, and a local-mode server): %w", ErrUnsupported)
 
 // newNetLink creates a namespace and veth pair with permanent neighbour
 // entries (no ARP to fail during a partition).
@@ -37,9 +36,6 @@ func newNetLink() (*netLink, error) {
 		return nil, fmt.Errorf("%w: network namespaces are Linux's", errNoPartition)
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoPartition, err)
-	}
-	if _, err := exec.LookPath("tc"); err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoPartition, err)
 	}
 	var lastErr error
@@ -103,35 +99,11 @@ func (l *netLink) setup() error {
 	if err := run("ip", "neigh", "replace", l.nsIP, "lladdr", mac, "dev", l.rootIf, "nud", "permanent"); err != nil {
 		return err
 	}
-	return run("ip", "-n", l.ns, "neigh", "replace", l.rootIP, "lladdr",
-		strings.TrimSpace(string(rootMAC)), "dev", l.nsIf, "nud", "permanent")
-}
-
-// cut drops every packet on both veth ends (a pfifo queue of length zero),
-// silently: no RST, no ICMP, so both sides' TCP must time out on its own.
-func (l *netLink) cut() error {
-	if l.partitioned {
-		return nil
-	}
-	if err := run("tc", "qdisc", "replace", "dev", l.rootIf, "root", "pfifo", "limit", "0"); err != nil {
+	if err := run("ip", "-n", l.ns, "neigh", "replace", l.rootIP, "lladdr",
+		strings.TrimSpace(string(rootMAC)), "dev", l.nsIf, "nud", "permanent"); err != nil {
 		return err
 	}
-	if err := run("ip", "netns", "exec", l.ns, "tc", "qdisc", "replace", "dev", l.nsIf, "root", "pfifo", "limit", "0"); err != nil {
-		return err
-	}
-	l.partitioned = true
-	return nil
-}
-
-// heal removes the drop queues; TCP retransmits what was lost.
-func (l *netLink) heal() error {
-	if !l.partitioned {
-		return nil
-	}
-	err1 := run("tc", "qdisc", "del", "dev", l.rootIf, "root")
-	err2 := run("ip", "netns", "exec", l.ns, "tc", "qdisc", "del", "dev", l.nsIf, "root")
-	l.partitioned = false
-	return errors.Join(err1, err2)
+	return l.setupDrops()
 }
 
 // close deletes the namespace, which destroys the veth pair with it.

@@ -3,6 +3,7 @@ package pgtest_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -12,6 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("PGTEST_CHILD_FAULT") != "" {
+		os.Exit(teardownChildMain(m))
+	}
 	goleak.VerifyTestMain(pgtest.WrapMain(m))
 }
 

@@ -3,36 +3,48 @@ package pgtest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Proxy is a TCP proxy in front of a server, for network faults: it passes
-// traffic, delays it, blackholes it or resets connections, on command, for
-// every connection through it at once. It is safe for concurrent use.
+// traffic, delays it, blackholes it, loses it in one direction, or resets
+// connections, on command, for every connection through it at once. It is
+// safe for concurrent use.
 //
-// A blackhole holds the connections open and forwards nothing, in either
-// direction, until [Proxy.Pass]; then what was held is delivered, as TCP
-// delivers after a partition heals. Clients see a query hang until their own
-// deadline. The server does not notice: the proxy's kernel still
-// acknowledges its packets, so server-side keepalives find the peer alive.
-// For a fault the server notices too, make the proxy [Partitionable] and
-// call [Proxy.Partition].
+// The proxy's faults act on bytes, above TCP: the proxy's own kernel still
+// acknowledges every packet from both sides, so neither side's TCP —
+// keepalives, tcp_user_timeout — ever sees its peer vanish. Only the
+// client's own deadlines, and the server's own statement or idle timeouts,
+// notice them. For a fault the server's TCP notices too, make the proxy
+// [Partitionable] and call [Proxy.Partition].
+//
+//   - [Proxy.Blackhole] holds the connections open and forwards nothing, in
+//     either direction, until [Proxy.Pass]; then what was held is delivered,
+//     as TCP delivers after a partition heals. Clients see a query hang
+//     until their own deadline; the server sees an idle session.
+//   - [Proxy.DropReplies] forwards what clients send and discards what the
+//     server sends back: the lost reply. A statement sent during it runs
+//     and commits on the server, and the client never hears; it sees the
+//     query hang until its own deadline.
+//   - [Proxy.DropRequests] discards what clients send and forwards what the
+//     server sends: a statement sent during it never reaches the server,
+//     and the client's query hangs until its deadline.
+//
+// Discarded bytes are gone: after [Proxy.Pass] a connection that lost some
+// is out of step with the protocol (its next reply may start mid-message),
+// and a client should treat it as broken — pgx closes a connection whose
+// query was cancelled or timed out, which is what tests want.
 type Proxy struct {
 	ln     net.Listener
 	target string
-	link   *netLink // nil unless Partitionable
+	link   *netLink   // nil unless Partitionable
+	linkMu sync.Mutex // serializes changes to link's drops
 
 	mu      sync.Mutex
-	hole    bool
+	mode    mode
 	latency time.Duration
 	changed chan struct{} // closed and replaced on every state change
 	links   map[*link]struct{}
@@ -40,6 +52,34 @@ type Proxy struct {
 
 	wg sync.WaitGroup
 }
+
+// mode is what the proxy does with the bytes it reads, besides latency.
+type mode uint8
+
+const (
+	modePass         mode = iota // forward both ways
+	modeHole                     // hold both ways
+	modeDropReplies              // forward to the server, discard to the client
+	modeDropRequests             // discard to the server, forward to the client
+)
+
+// direction is which way a pump copies.
+type direction uint8
+
+const (
+	toServer direction = iota
+	toClient
+)
+
+// verdict is what becomes of a chunk: written, discarded, or neither
+// because the link closed.
+type verdict uint8
+
+const (
+	deliver verdict = iota
+	discard
+	linkClosed
+)
 
 // link is one proxied connection: client side and server side.
 type link struct {
@@ -52,14 +92,6 @@ type link struct {
 type ProxyOption func(*proxyConfig)
 
 type proxyConfig struct{ partitionable bool }
-
-// Partitionable makes [Proxy.Partition] possible: the proxy's connections to
-// the server leave from a private network namespace through a veth pair, so
-// that a partition can drop their packets in the kernel. It needs root (or
-// CAP_NET_ADMIN), the ip and tc commands, and a server that listens beyond
-// loopback — pgtest's local-mode servers do, for the 10.251.0.0/16 range it
-// uses. Otherwise StartProxy fails with an error wrapping [ErrUnsupported].
-func Partitionable() ProxyOption { return func(c *proxyConfig) { c.partitionable = true } }
 
 // StartProxy listens on a free loopback port and forwards every connection
 // to target (host:port). Close it when done.
@@ -109,45 +141,48 @@ func NewProxy(t testing.TB, target string, opts ...ProxyOption) *Proxy {
 	return p
 }
 
-// Partition cuts the network between the proxy and the server for real:
-// every packet, both ways, is dropped by the kernel without a reset, so the
-// server's keepalives and tcp_user_timeout — not only the client's deadlines
-// — see the peer vanish. Clients are cut off too. [Proxy.Pass] heals it. The
-// proxy must be [Partitionable].
-func (p *Proxy) Partition() error {
-	if p.link == nil {
-		return fmt.Errorf("pgtest: Partition on a proxy made without Partitionable: %w", ErrUnsupported)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.link.cut()
-}
-
 // Addr returns the proxy's listening address, host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Pass forwards traffic again, with no added latency, delivering whatever a
-// blackhole held, and heals a partition.
+// Pass forwards traffic again, both ways, with no added latency,
+// delivering whatever a blackhole held, and heals a partition (see
+// [Proxy.Heal], whose error it drops).
 func (p *Proxy) Pass() {
-	p.set(false, 0)
-	if p.link != nil {
-		p.mu.Lock()
-		_ = p.link.heal()
-		p.mu.Unlock()
-	}
+	p.set(modePass, 0)
+	_ = p.Heal()
 }
 
 // Blackhole stops forwarding in both directions while keeping every
-// connection open, new ones included.
-func (p *Proxy) Blackhole() { p.set(true, p.currentLatency()) }
+// connection open, new ones included; [Proxy.Pass] delivers what it held.
+func (p *Proxy) Blackhole() { p.set(modeHole, p.currentLatency()) }
 
-// SetLatency delays every chunk of data, in each direction, by d.
-func (p *Proxy) SetLatency(d time.Duration) { p.set(p.isHole(), d) }
+// DropReplies forwards everything clients send to the server and discards
+// — does not hold — everything the server sends back, on every connection,
+// new ones included, until [Proxy.Pass] or another mode: statements run,
+// their clients never hear (the "lost reply"). What a blackhole held is
+// sent on to the server and discarded on the way back. A new connection's
+// startup reaches the server but its client never completes the handshake.
+func (p *Proxy) DropReplies() { p.set(modeDropReplies, p.currentLatency()) }
 
-func (p *Proxy) set(hole bool, latency time.Duration) {
+// DropRequests discards everything clients send and forwards everything the
+// server sends, until [Proxy.Pass] or another mode: statements sent during
+// it never reach the server. What a blackhole held is discarded on the way
+// to the server and delivered on the way back.
+func (p *Proxy) DropRequests() { p.set(modeDropRequests, p.currentLatency()) }
+
+// SetLatency delays every chunk of data, in each direction, by d. It keeps
+// the current mode.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	m := p.mode
+	p.mu.Unlock()
+	p.set(m, d)
+}
+
+func (p *Proxy) set(m mode, latency time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.hole, p.latency = hole, latency
+	p.mode, p.latency = m, latency
 	close(p.changed)
 	p.changed = make(chan struct{})
 }
@@ -156,12 +191,6 @@ func (p *Proxy) currentLatency() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.latency
-}
-
-func (p *Proxy) isHole() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.hole
 }
 
 // Reset resets every open connection, sending TCP RST to both the client
@@ -193,7 +222,9 @@ func (p *Proxy) Close() error {
 	p.Reset()
 	p.wg.Wait()
 	if p.link != nil {
+		p.linkMu.Lock()
 		p.link.close()
+		p.linkMu.Unlock()
 	}
 	return err
 }
@@ -220,8 +251,8 @@ func (p *Proxy) accept() {
 		p.links[l] = struct{}{}
 		p.wg.Add(2)
 		p.mu.Unlock()
-		go p.pump(l, c, s)
-		go p.pump(l, s, c)
+		go p.pump(l, c, s, toServer)
+		go p.pump(l, s, c, toClient)
 	}
 }
 
@@ -241,9 +272,10 @@ type chunk struct {
 	at   time.Time
 }
 
-// pump copies src to dst through a queue, so that added latency delays data
-// without limiting throughput, and a blackhole holds it.
-func (p *Proxy) pump(l *link, src, dst net.Conn) {
+// pump copies src to dst, in direction dir, through a queue, so that added
+// latency delays data without limiting throughput, a blackhole holds it and
+// a one-way drop discards it.
+func (p *Proxy) pump(l *link, src, dst net.Conn, dir direction) {
 	defer p.wg.Done()
 	queue := make(chan chunk, 64)
 	go func() {
@@ -272,8 +304,11 @@ func (p *Proxy) pump(l *link, src, dst net.Conn) {
 		p.mu.Unlock()
 	}()
 	for c := range queue {
-		if !p.deliverable(l, c.at) {
+		switch p.deliverable(l, c.at, dir) {
+		case linkClosed:
 			return
+		case discard:
+			continue
 		}
 		if _, err := dst.Write(c.data); err != nil {
 			return
@@ -281,16 +316,22 @@ func (p *Proxy) pump(l *link, src, dst net.Conn) {
 	}
 }
 
-// deliverable waits until data read at `at` may be written: the latency has
-// passed and no blackhole is on. False if the link closed first.
-func (p *Proxy) deliverable(l *link, at time.Time) bool {
+// deliverable waits until data read at `at`, going in direction dir, may
+// be written: the latency has passed and no blackhole is on. It says
+// discard at once when the mode drops that direction, and linkClosed if the
+// link closed first.
+func (p *Proxy) deliverable(l *link, at time.Time, dir direction) verdict {
 	for {
 		p.mu.Lock()
-		hole, latency, changed := p.hole, p.latency, p.changed
+		m, latency, changed := p.mode, p.latency, p.changed
 		p.mu.Unlock()
+		if (m == modeDropReplies && dir == toClient) || (m == modeDropRequests && dir == toServer) {
+			return discard
+		}
+		hole := m == modeHole
 		wait := time.Until(at.Add(latency))
 		if !hole && wait <= 0 {
-			return true
+			return deliver
 		}
 		var timer *time.Timer
 		var fire <-chan time.Time
@@ -302,7 +343,7 @@ func (p *Proxy) deliverable(l *link, at time.Time) bool {
 		case <-changed:
 		case <-fire:
 		case <-l.done:
-			return false
+			return linkClosed
 		}
 		if timer != nil {
 			timer.Stop()
@@ -321,61 +362,4 @@ func (l *link) close(reset bool) {
 			_ = c.Close()
 		}
 	})
-}
-
-// errNoTCP is returned when a server is reached through a Unix socket,
-// which a TCP proxy cannot stand in front of.
-var errNoTCP = errors.New("pgtest: server is not reached over TCP; a proxy needs a host and port")
-
-// Addr returns the server's TCP address, host:port.
-func (s *Server) Addr() (string, error) {
-	cfg, err := pgconn.ParseConfig(s.adminDSN)
-	if err != nil {
-		return "", err
-	}
-	if strings.HasPrefix(cfg.Host, "/") {
-		return "", errNoTCP
-	}
-	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
-}
-
-// Proxy starts a [Proxy] in front of the database's server, closed when the
-// test ends, and returns it with a DSN that connects to the database through
-// it.
-func (d *DB) Proxy(t testing.TB, opts ...ProxyOption) (p *Proxy, dsn string) {
-	t.Helper()
-	addr, err := d.Server.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg proxyConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.partitionable && d.Server.Mode() != ModeLocal {
-		t.Skipf("pgtest: a partitionable proxy needs a local-mode server, not %s", d.Server.Mode())
-	}
-	p = NewProxy(t, addr, opts...)
-	dsn, err = ViaProxy(d.DSN, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, dsn
-}
-
-// ViaProxy returns dsn changed to connect through p instead of directly.
-func ViaProxy(dsn string, p *Proxy) (string, error) {
-	host, port, err := net.SplitHostPort(p.Addr())
-	if err != nil {
-		return "", err
-	}
-	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		u.Host = p.Addr()
-		q := u.Query()
-		q.Del("host")
-		q.Del("port")
-		u.RawQuery = q.Encode()
-		return u.String(), nil
-	}
-	return fmt.Sprintf("%s host=%s port=%s", dsn, host, port), nil
 }

@@ -16,16 +16,36 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestTeardownChild is the child process of TestTeardown: it starts its own
-// local server, reports where, and then dies as PGTEST_CHILD_FAULT says.
+// childServer is the server of a TestTeardown child, started by
+// teardownChildMain before the tests run, so that the child's -test.timeout
+// (which runs from m.Run) does not have to cover a server start — tens of
+// seconds on a loaded machine.
+var childServer *pgtest.Server
+
+// teardownChildMain is TestMain in a TestTeardown child: it starts the
+// throwaway server, as SharedServer would, then runs the tests. It never
+// closes the server: the child is meant to die with it running.
+func teardownChildMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	if childServer, err = pgtest.Start(ctx); err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// TestTeardownChild is the child process of TestTeardown: it reports where
+// its server lives, and then dies as PGTEST_CHILD_FAULT says.
 func TestTeardownChild(t *testing.T) {
 	fault := os.Getenv("PGTEST_CHILD_FAULT")
 	if fault == "" {
 		t.Skip("helper process of TestTeardown")
 	}
-	db := pgtest.New(t)
+	conn := connect(t, childServer.DSN())
 	var dataDir string
-	if err := db.Conn(t).QueryRow(ctxT(t, time.Minute), "show data_directory").Scan(&dataDir); err != nil {
+	if err := conn.QueryRow(ctxT(t, time.Minute), "show data_directory").Scan(&dataDir); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Printf("DATADIR=%s\n", dataDir)
@@ -52,7 +72,13 @@ func TestTeardown(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
 			ctx := ctxT(t, 2*time.Minute)
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTeardownChild$", "-test.v", "-test.timeout=10s")
+			// Only the timeout fault relies on -test.timeout; the others die
+			// of their fault once told to go.
+			timeout := "10m"
+			if fault == "timeout" {
+				timeout = "10s" // from m.Run, after the child's server started
+			}
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTeardownChild$", "-test.v", "-test.timeout="+timeout)
 			cmd.Env = append(withoutEnv(os.Environ(), "PGTEST_DSN"),
 				"PGTEST_CHILD_FAULT="+fault, "PGTEST_DOCKER=0")
 			out, err := cmd.StdoutPipe()

@@ -1,0 +1,36 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RequirePasswords makes a throwaway server ask every role but the superuser
+// postgres for a password (scram-sha-256 over TCP), so that tests can meet
+// authentication failures such as a wrong password (SQLSTATE 28P01). Unix
+// sockets and postgres stay trusted. It rewrites pg_hba.conf and reloads,
+// so it refuses a [ModeDSN] server (the error wraps [ErrUnsupported]).
+func (s *Server) RequirePasswords(ctx context.Context) error {
+	if s.mode == ModeDSN {
+		return fmt.Errorf("pgtest: RequirePasswords on a %s server: %w", s.mode, ErrUnsupported)
+	}
+	conn, err := pgx.Connect(ctx, s.adminDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var hba string
+	if err := conn.QueryRow(ctx, "show hba_file").Scan(&hba); err != nil {
+		return err
+	}
+	lines := "'local all all trust', 'host all postgres 127.0.0.1/32 trust', 'host all postgres ::1/128 trust', " +
+		"'host all all 127.0.0.1/32 scram-sha-256', 'host all all ::1/128 scram-sha-256'"
+	if _, err := conn.Exec(ctx, "copy (select unnest(array["+lines+"])) to '"+strings.ReplaceAll(hba, "'", "''")+"'"); err != nil {
+		return fmt.Errorf("pgtest: rewrite %s: %w", hba, err)
+	}
+	_, err = conn.Exec(ctx, "select pg_reload_conf()")
+	return err
+}
