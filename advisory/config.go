@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pglocks/pglocks/internal/ident"
 )
 
 // Defaults of [Config]: the value a zero field takes.
@@ -54,7 +56,9 @@ type Config struct {
 
 	// Channel is the LISTEN/NOTIFY channel on which lockers of the same
 	// database wake each other's waiters. Lockers that should wake each
-	// other must use the same channel. Default: "pglocks_advisory".
+	// other must use the same channel. It must be a plain identifier: ASCII
+	// letters, digits and underscores, not starting with a digit, at most
+	// 63 bytes. Default: "pglocks_advisory".
 	Channel string
 
 	// MinBackoff is the first retry delay of a waiting Lock that was not
@@ -75,11 +79,13 @@ type Config struct {
 	PingInterval time.Duration
 
 	// QueryTimeout bounds every statement on a dedicated session (try,
-	// unlock, ping). A session that does not answer in time is declared
-	// dead: its connection is closed and its locks are announced lost. So
-	// a network that goes silent is noticed within about
-	// PingInterval + QueryTimeout. It does not bound callers: their ctx
-	// does. Default: 2s.
+	// unlock, ping): a session that does not answer in time is declared
+	// dead, its connection is closed and its locks are announced lost. The
+	// bound is a socket deadline renewed only when less than half of it is
+	// left (to save a system call per statement), so a statement is given
+	// at least QueryTimeout/2 and at most QueryTimeout, and a network that
+	// goes silent is noticed within PingInterval + QueryTimeout. It does
+	// not bound callers: their ctx does. Default: 2s.
 	QueryTimeout time.Duration
 
 	// KeepalivesIdle, KeepalivesInterval and KeepalivesCount set the
@@ -175,8 +181,8 @@ func (c Config) validate() error {
 		bad("PingInterval + QueryTimeout (%v) must be less than TCPUserTimeout (%v): "+
 			"the holder must notice a dead session before the server frees its locks", detect, c.TCPUserTimeout)
 	}
-	if c.Channel != "" && len(c.Channel) > 63 {
-		bad("Channel must be at most 63 bytes, got %d", len(c.Channel))
+	if err := ident.Check(c.Channel); err != nil {
+		bad("Channel: %v", err)
 	}
 	if len(errs) == 0 {
 		return nil

@@ -5,32 +5,35 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/pglocks/pglocks"
 )
 
-// connect opens a dedicated connection from the pool's connection config
-// with the session hygiene of cfg: application_name, server-side TCP
-// keepalives and user timeout, client-side keepalive, and a context watcher
-// that interrupts a statement by a socket deadline (pgx's default) rather
-// than by a cancel request on a new TCP connection.
+// connect opens a dedicated connection the way the pool opens its own:
+// from a copy of the pool's ConnConfig, through its BeforeConnect hook
+// (rotated passwords, IAM tokens) and AfterConnect hook. Only
+// application_name goes in the startup packet (every pooler accepts it);
+// the rest of the session hygiene is set by one statement after
+// connecting (see [sessionSettings]). The client socket gets keepalives,
+// and a statement is interrupted by a socket deadline (pgx's default)
+// rather than by a cancel request on a new TCP connection.
 func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandler) (*pgconn.PgConn, error) {
-	cfg := l.connCfg.Copy()
+	cfg := l.poolCfg.ConnConfig.Copy()
+	if l.poolCfg.BeforeConnect != nil {
+		if err := l.poolCfg.BeforeConnect(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("BeforeConnect: %w", err)
+		}
+	}
 	c := l.cfg
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = c.ApplicationName
-	cfg.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(int(c.KeepalivesIdle / time.Second))
-	cfg.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(int(c.KeepalivesInterval / time.Second))
-	cfg.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(c.KeepalivesCount)
-	cfg.RuntimeParams["tcp_user_timeout"] = strconv.Itoa(int(c.TCPUserTimeout / time.Millisecond))
-	// Only a NOTIFY assigns a transaction id here; its commit need not wait
-	// for the WAL flush.
-	cfg.RuntimeParams["synchronous_commit"] = "off"
 	cfg.OnNotification = onNotify
 	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
@@ -44,7 +47,60 @@ func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandle
 		}
 		return conn, err
 	}
-	return pgconn.ConnectConfig(ctx, cfg)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if l.poolCfg.AfterConnect != nil {
+		if err := l.poolCfg.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(ctx)
+			return nil, fmt.Errorf("AfterConnect: %w", err)
+		}
+	}
+	pc := conn.PgConn()
+	if _, err := pc.Exec(ctx, l.sessionSettings(pc)).ReadAll(); err != nil {
+		_ = pc.Close(ctx)
+		return nil, fmt.Errorf("session settings: %w", err)
+	}
+	return pc, nil
+}
+
+// idleSessionTimeout disables idle_session_timeout on servers that have it
+// (PostgreSQL 14 and later): a session holding locks may idle between pings.
+func idleSessionTimeout(pc *pgconn.PgConn) string {
+	v := pc.ParameterStatus("server_version")
+	if i := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		v = v[:i]
+	}
+	if major, err := strconv.Atoi(v); err == nil && major >= 14 {
+		return "set idle_session_timeout = 0; "
+	}
+	return ""
+}
+
+// sessionSettings is the statement every connection of the Locker runs
+// after connecting, before it is used. Server-side TCP keepalives and
+// tcp_user_timeout bound how long the server keeps a partitioned holder's
+// session (Config's timing rule); the timeouts are set to 0 so that a
+// role's or database's statement_timeout, lock_timeout or idle timeouts
+// cannot cancel a try or unlock or end a session that holds locks;
+// synchronous_commit is off because only a NOTIFY assigns a transaction id
+// here, and its commit need not wait for the WAL flush. statement_timeout
+// comes first, so the rest cannot be cancelled by a tiny role default.
+//
+// The settings are one simple-protocol query, so they take effect all
+// together or not at all: if the server (or a pooler) refuses any of them,
+// the connection is closed and the dial fails with the server's error. A
+// session without the timing settings therefore never holds a lock.
+func (l *Locker) sessionSettings(pc *pgconn.PgConn) string {
+	c := l.cfg
+	return fmt.Sprintf("set statement_timeout = 0; set lock_timeout = 0; "+
+		"set idle_in_transaction_session_timeout = 0; %s"+
+		"set tcp_keepalives_idle = %d; set tcp_keepalives_interval = %d; set tcp_keepalives_count = %d; "+
+		"set tcp_user_timeout = %d; set synchronous_commit = off",
+		idleSessionTimeout(pc),
+		int(c.KeepalivesIdle/time.Second), int(c.KeepalivesInterval/time.Second), c.KeepalivesCount,
+		int(c.TCPUserTimeout/time.Millisecond))
 }
 
 type stmtKind uint8

@@ -26,21 +26,29 @@
 // moves between clients: a lock can be taken on one session and "released"
 // on another, leak to an unrelated client, or be freed while its holder
 // still believes it holds it. Use session locks only over direct
-// connections or a session-mode pooler. Behind a transaction-mode pooler use
-// transaction locks, or the lease package.
+// connections or a session-mode pooler (the Locker adds no startup
+// parameter but application_name, which poolers accept). Behind a
+// transaction-mode pooler use transaction locks, or the lease package.
 //
 // # How a Locker holds locks
 //
 // A Locker is built from a *pgxpool.Pool with [New] and a [Config]. It never
 // holds a lock on a pooled connection: it opens up to Config.MaxSessions
-// (default 3) dedicated sessions with the pool's connection settings and
-// holds any number of locks on them, plus one connection that LISTENs for
-// wake-ups: at most four server connections by default, for ten locks or
-// ten thousand. Every dedicated session sets application_name and the
-// server's tcp_keepalives_* and tcp_user_timeout, so that a partitioned
-// holder's session, and its locks, are dropped by the server in bounded
-// time, and a session holding locks is pinged every PingInterval so its
-// death is announced within about PingInterval.
+// (default 3) dedicated sessions the way the pool opens its connections
+// (its ConnConfig, BeforeConnect and AfterConnect hooks) and holds any
+// number of locks on them, plus one connection that LISTENs for wake-ups:
+// at most four server connections by default, for ten locks or ten
+// thousand. [New] opens none of them; the first lock asked for does. Only
+// application_name goes in the startup packet; after connecting, each
+// connection SETs the server's tcp_keepalives_* and tcp_user_timeout, so
+// that a partitioned holder's session, and its locks, are dropped by the
+// server in bounded time, and sets statement_timeout, lock_timeout and the
+// idle timeouts to 0, so that a role's or database's defaults cannot
+// cancel a try or unlock or end a session that holds locks. If the server
+// or a pooler refuses any of these settings, the connection is not used:
+// opening it fails with the server's error. A session holding locks is
+// pinged every PingInterval so its death is announced within about
+// PingInterval.
 //
 // Session locks are re-entrant per session in PostgreSQL; the Locker
 // excludes its own holders from each other (exclusive and shared alike), so
@@ -67,6 +75,48 @@
 // the call returns at once, and the session reads the answer in the
 // background and gives back a lock taken after the caller left. The
 // session is not closed for it, so other locks on it are not disturbed.
+//
+// # When the database is unavailable
+//
+// A Locker that cannot open a session says why. [Locker.TryLock] returns
+// the cause of the failed dial (refused connection, wrong password 28P01,
+// unknown role 28000, missing database 3D000, a pooler's refusal) after
+// that one dial. [Locker.Lock] returns at once on a cause that retrying
+// cannot cure (authentication, missing database or role, privileges), and
+// waits through the others (refused or reset connections, a restarting
+// server, too many connections), and when its ctx ends its error wraps
+// ctx's error and the last cause. Dials are paced per Locker, however many
+// calls wait: after a failed dial only one dial is under way at a time,
+// the next one 25–50 ms later, doubling up to 0.5–1 s, so at most 2 dials
+// per second at steady state. Measured on a 2-core machine
+// (TestTryLockReportsDialCause, TestLockBacksOffThroughOutage, under
+// -race too): TryLock returns the cause within 1–21 ms (refused: under
+// 1 ms; wrong password: 10–21 ms); a Lock called just after, which makes
+// its own paced dial, returns a fatal cause within 37–61 ms; a Lock
+// waiting through a 5 s outage makes 10–11 connection attempts and uses
+// 14–16 ms of CPU (0.3% of a core).
+//
+// A waiting Lock outlives its sessions: when the session it tries on is
+// terminated, reset or lost in a server restart, it goes on waiting on
+// another until ctx ends.
+//
+// # When a statement fails
+//
+// Every try and unlock ends done, not done, or unknown (see
+// internal/outcome); what that means for a session lock is decided in one
+// place. A statement whose reply never came (a timeout, a reset, the
+// session terminated) leaves the session silent or gone: it is closed,
+// which frees on the server everything it held, and its locks are
+// announced lost. A statement the server answered with an error (a
+// pg_cancel_backend, a refused pg_notify) ran on a live session, perhaps
+// part-way, and a session lock taken by a statement that then failed is
+// still held: the Locker reads the session's locks from pg_locks and
+// repairs its own state rather than close a session that may hold
+// thousands of locks. A try that took the lock keeps it; one that took
+// nothing returns the error; an unlock that did not unlock leaves the lock
+// held and returns the error. Only when pg_locks cannot tell (its query
+// fails, or another holder in this process shares the key on that
+// session) is the session closed.
 //
 // # Keys and psql
 //

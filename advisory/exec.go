@@ -159,38 +159,15 @@ func (s *session) resume(r *request, rep reply) {
 }
 
 // complete applies the answer to r's statement (or err, a transport error
-// that kills the session) and hands r's result to its caller.
+// that kills the session), as [judge] decides, and hands r's result to its
+// caller.
 func (s *session) complete(r *request, rep *reply, err error) error {
 	defer s.pending.Add(-1)
-	if err != nil {
-		cause := fmt.Errorf("%s: %w", r.kind, err)
-		s.die(cause)
-		if r.kind == opUnlock {
-			r.err = fmt.Errorf("%w: %w", ErrNotHeld, r.lock.Err())
-		} else {
-			r.err = fmt.Errorf("%w (pid %d): %w", errSessionDied, s.pid, cause)
-		}
-		s.finishOrUndo(r)
-		return errAlreadyDead
-	}
-	if rep.pgErr != nil {
-		var pe *pgconn.PgError
-		if r.kind == opTry && errors.As(rep.pgErr, &pe) && pe.Code == "53200" {
-			// Out of shared memory: the lock table is full and the try
-			// took nothing; the session is fine.
-			r.err = rep.pgErr
-			s.finishOrUndo(r)
-			return nil
-		}
-		// The statement failed part-way (a cancel, a statement_timeout, a
-		// failed pg_notify): whether the session now holds the key is
-		// unknown, and a session lock ignores rollback. Only the session's
-		// end settles it, freeing everything it held, announced as lost.
-		cause := fmt.Errorf("%s failed, so the session is closed: %w", r.kind, rep.pgErr)
-		s.die(cause)
-		r.err = cause
-		s.finishOrUndo(r)
-		return errAlreadyDead
+	switch judge(rep, err) {
+	case verdictDead:
+		return s.failDead(r, fmt.Errorf("%s: %w", r.kind, err))
+	case verdictSettle:
+		return s.settle(r, rep.pgErr)
 	}
 	switch r.kind {
 	case opTry:
@@ -198,13 +175,7 @@ func (s *session) complete(r *request, rep *reply, err error) error {
 			s.finishOrUndo(r)
 			return nil
 		}
-		lk := s.l.newLock(s, r.key, r.shared)
-		r.got = lk
-		if r.finish() {
-			return nil
-		}
-		// The caller left while the lock was being taken: give it back.
-		return s.undo(lk)
+		return s.took(r)
 	case opUnlock:
 		r.err = s.released(r.lock, rep.ok)
 		r.finish()
@@ -227,7 +198,8 @@ func (s *session) undo(lk *Lock) error {
 		err = rep.pgErr
 	}
 	if err != nil {
-		// The lock may still be held: only the session's end frees it.
+		// The lock may still be held, and nobody waits for the answer:
+		// only the session's end settles it.
 		cause := fmt.Errorf("undo an abandoned lock: %w", err)
 		s.die(cause)
 		return errAlreadyDead

@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -98,10 +99,16 @@ func checkInspect(ctx context.Context, q Querier, key pglocks.Key) error {
 
 // Holders is [Holders] on the locker's pool.
 func (l *Locker) Holders(ctx context.Context, key pglocks.Key) ([]Holder, error) {
+	if l == nil {
+		return nil, fmt.Errorf("advisory: holders: %w", errNilLocker)
+	}
 	return Holders(ctx, l.pool, key)
 }
 
 // IsHeld is [IsHeld] on the locker's pool.
 func (l *Locker) IsHeld(ctx context.Context, key pglocks.Key) (bool, error) {
+	if l == nil {
+		return false, fmt.Errorf("advisory: is held: %w", errNilLocker)
+	}
 	return IsHeld(ctx, l.pool, key)
 }

@@ -6,54 +6,79 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pglocks/pglocks/internal/backoff"
 )
 
 // listenCheckInterval is how often an idle listener pings its connection.
 const listenCheckInterval = 5 * time.Second
 
-// listen keeps one connection LISTENing on the locker's channel until Close,
-// reconnecting with backoff. Notifications carry unlock events ("u"), which
-// wake this process's waiters for the key, and wait events ("w") from
+// listen keeps one connection LISTENing on the locker's channel until
+// Close, reconnecting under the Locker's dial pacing, and with backoff when
+// a connection fails after the dial (LISTEN refused, connection lost).
+// Notifications carry unlock events ("u"), which wake this process's waiters for the key, and wait events ("w") from
 // waiters elsewhere, which make this process's next unlock of the key
 // notify. While the listener is down, waiters fall back to backoff polling.
 func (l *Locker) listen() {
 	defer l.wg.Done()
-	backoff := l.cfg.MinBackoff
+	var bo backoff.Backoff
 	for l.ctx.Err() == nil {
-		err := l.listenOnce()
-		if l.ctx.Err() != nil {
+		conn, err := l.dialListener()
+		if err != nil {
+			continue // dialListener waits for the Locker's dial pacing
+		}
+		if l.listenOn(conn) {
+			bo.Reset() // it listened: the next failure starts afresh
+		}
+		if l.ctx.Err() != nil || bo.Wait(l.ctx) != nil {
 			return
 		}
-		if err == nil {
-			backoff = l.cfg.MinBackoff
-		}
-		t := time.NewTimer(jitter(backoff))
-		select {
-		case <-t.C:
-		case <-l.ctx.Done():
-		}
-		t.Stop()
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
-func (l *Locker) listenOnce() error {
+// dialListener waits for its turn under the Locker's dial pacing (see
+// dialState), then connects; dials of the listener and of sessions share
+// one pace.
+func (l *Locker) dialListener() (*pgconn.PgConn, error) {
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if l.dial.failed == nil || l.dialing == 0 && !time.Now().Before(l.dial.next) {
+			break
+		}
+		changed, idle, next := l.changed, l.dialing == 0, l.dial.next
+		l.mu.Unlock()
+		if err := l.awaitChange(l.ctx, changed, idle, next); err != nil {
+			return nil, err
+		}
+	}
+	l.dial.listener = true
+	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.QueryTimeout+l.connectTimeout())
 	conn, err := l.connect(ctx, l.onNotify)
 	cancel()
-	if err != nil {
-		return err
-	}
+	l.mu.Lock()
+	l.dial.listener = false
+	l.dialEndedLocked(err)
+	l.mu.Unlock()
+	return conn, err
+}
+
+// listenOn LISTENs on conn until it fails or the Locker closes, then
+// closes it; true if the LISTEN itself worked.
+func (l *Locker) listenOn(conn *pgconn.PgConn) bool {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.QueryTimeout)
 		_ = conn.Close(ctx)
 		cancel()
 	}()
-	ctx, cancel = context.WithTimeout(l.ctx, l.cfg.QueryTimeout)
-	_, err = conn.Exec(ctx, "listen "+pgx.Identifier{l.cfg.Channel}.Sanitize()).ReadAll()
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.QueryTimeout)
+	_, err := conn.Exec(ctx, "listen "+pgx.Identifier{l.cfg.Channel}.Sanitize()).ReadAll()
 	cancel()
 	if err != nil {
-		return err
+		return false
 	}
 	// Unlocks may have gone unheard while the listener was down.
 	l.wakeAll()
@@ -61,20 +86,17 @@ func (l *Locker) listenOnce() error {
 		ctx, cancel := context.WithTimeout(l.ctx, listenCheckInterval)
 		err := conn.WaitForNotification(ctx)
 		cancel()
-		if l.ctx.Err() != nil {
-			return nil
+		if l.ctx.Err() != nil || conn.IsClosed() {
+			return true
 		}
 		if err == nil {
 			continue
-		}
-		if conn.IsClosed() {
-			return err
 		}
 		ctx, cancel = context.WithTimeout(l.ctx, l.cfg.QueryTimeout)
 		err = conn.Ping(ctx)
 		cancel()
 		if err != nil {
-			return err
+			return true
 		}
 	}
 }

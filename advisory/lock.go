@@ -82,6 +82,8 @@ func (lk *Lock) endLocked(st lockState, err error) {
 
 var errUnlocked = errors.New("advisory: unlocked")
 
+var errNilLock = errors.New("nil *Lock")
+
 // Key returns the key the lock holds.
 func (lk *Lock) Key() pglocks.Key { return lk.key }
 
@@ -104,8 +106,12 @@ func (lk *Lock) Lost() <-chan struct{} { return lk.lost }
 func (lk *Lock) Context() context.Context { return lk.ctx }
 
 // Err returns nil while the lock is held or after it was unlocked, and why
-// it ended otherwise: an error wrapping [ErrLost] or [ErrClosed].
+// it ended otherwise: an error wrapping [ErrLost] or [ErrClosed]. For a
+// nil *Lock it returns an error saying so.
 func (lk *Lock) Err() error {
+	if lk == nil {
+		return errNilLock
+	}
 	lk.l.mu.Lock()
 	defer lk.l.mu.Unlock()
 	return lk.err
@@ -118,9 +124,15 @@ func (lk *Lock) Err() error {
 //
 // ctx bounds only the wait for the server's answer: the release is queued
 // at once and completes even if ctx ends first, in which case Unlock returns
-// ctx's error.
+// ctx's error. If the server answers the unlock with an error (an
+// operator's pg_cancel_backend, say), the Locker reads pg_locks to learn
+// whether it unlocked: if so Unlock returns nil, else the error, and the
+// lock stays held, so Unlock can be called again.
 func (lk *Lock) Unlock(ctx context.Context) error {
-	if ctx == nil {
+	switch {
+	case lk == nil:
+		return fmt.Errorf("advisory: unlock: %w", errNilLock)
+	case ctx == nil:
 		return opErr("unlock", lk.key, errNilContext)
 	}
 	lk.l.mu.Lock()

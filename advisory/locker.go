@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 )
@@ -20,7 +17,7 @@ import (
 type Locker struct {
 	pool    *pgxpool.Pool
 	cfg     Config
-	connCfg *pgconn.Config
+	poolCfg *pgxpool.Config // a copy: ConnConfig and the connect hooks
 
 	ctx     context.Context // cancelled by Close: dials, listener
 	cancel  context.CancelFunc
@@ -32,8 +29,9 @@ type Locker struct {
 	keys     map[keyID]*keyState
 	sessions []*session
 	dialing  int
-	dialErr  error
-	changed  chan struct{} // closed and replaced when sessions change
+	dial     dialState
+	changed  chan struct{} // closed and replaced when sessions change or a dial ends
+	listens  bool          // the listener was started
 	ownPIDs  map[uint32]bool
 	closeErr error
 
@@ -42,10 +40,12 @@ type Locker struct {
 
 var errNilContext = errors.New("nil context")
 
-// New returns a Locker that opens its sessions with pool's connection
-// settings (pool.Config().ConnConfig), as configured by cfg (see [Config]
-// for the defaults). It opens no connection itself: sessions are opened as
-// locks are taken, and one more connection listens for wake-ups.
+// New returns a Locker that opens its sessions the way pool opens its
+// connections (pool.Config(): its ConnConfig, BeforeConnect and
+// AfterConnect), as configured by cfg (see [Config] for the defaults). New
+// opens no connection: the first lock asked for opens the first session,
+// more are opened as needed, and once a session is open one more
+// connection LISTENs for wake-ups.
 //
 // Session locks need a real session: behind PgBouncer (or another pooler)
 // in transaction mode they are unsafe. Use [XactLock] there.
@@ -61,7 +61,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 	l := &Locker{
 		pool:    pool,
 		cfg:     cfg,
-		connCfg: pool.Config().ConnConfig.Config.Copy(),
+		poolCfg: pool.Config(),
 		ctx:     ctx,
 		cancel:  cancel,
 		closing: make(chan struct{}),
@@ -69,24 +69,33 @@ func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 		changed: make(chan struct{}),
 		ownPIDs: map[uint32]bool{},
 	}
-	l.wg.Add(1)
-	go l.listen()
 	return l, nil
 }
 
-// Config returns the locker's configuration, defaults filled in.
-func (l *Locker) Config() Config { return l.cfg }
+// Config returns the locker's configuration, defaults filled in (the zero
+// Config for a nil *Locker).
+func (l *Locker) Config() Config {
+	if l == nil {
+		return Config{}
+	}
+	return l.cfg
+}
 
-// TryLock takes the exclusive lock on key if it is free, in one round trip,
-// and fails with an error wrapping [ErrLocked] if another session holds it,
-// or another holder in this process holds or waits for it. Any other error
-// is a real failure (transport, server), never "busy". ctx bounds the call.
+// TryLock takes the exclusive lock on key if it is free, in one round trip
+// (plus, when no session is open, the dial of one), and fails with an error
+// wrapping [ErrLocked] if another session holds it, or another holder in
+// this process holds or waits for it. Any other error is a real failure,
+// never "busy": the cause of a dial that failed (at once, without waiting
+// for ctx; see "When the database is unavailable" in the package doc), or
+// a transport or server error. ctx bounds the call.
 func (l *Locker) TryLock(ctx context.Context, key pglocks.Key) (*Lock, error) {
 	return l.acquire(ctx, "trylock", key, false, false)
 }
 
 // Lock takes the exclusive lock on key, waiting until it is free or ctx
-// ends. Waiting never blocks a session: Lock retries a non-blocking try when
+// ends. It waits through outages and the death of the sessions it tries on,
+// and returns at once on an error that retrying cannot cure (see "When the
+// database is unavailable" in the package doc). Waiting never blocks a session: Lock retries a non-blocking try when
 // a pglocks holder anywhere unlocks the key (LISTEN/NOTIFY), else with
 // jittered backoff from MinBackoff to MaxBackoff (see [Config]), so a lock
 // freed by a crashed holder is picked up too. When ctx ends first, Lock
@@ -110,11 +119,13 @@ func (l *Locker) RLock(ctx context.Context, key pglocks.Key) (*Lock, error) {
 	return l.acquire(ctx, "rlock", key, true, true)
 }
 
+var errNilLocker = errors.New("nil *Locker (make one with advisory.New)")
+
 // check turns bad input into an error naming the problem.
 func (l *Locker) check(ctx context.Context, key pglocks.Key) error {
 	switch {
 	case l == nil:
-		return errors.New("nil *Locker (make one with advisory.New)")
+		return errNilLocker
 	case ctx == nil:
 		return errNilContext
 	case l.isClosed():
@@ -127,113 +138,6 @@ func (l *Locker) check(ctx context.Context, key pglocks.Key) error {
 		return fmt.Errorf("context already done: %w", context.Cause(ctx))
 	}
 	return nil
-}
-
-func (l *Locker) acquire(ctx context.Context, op string, key pglocks.Key, shared, wait bool) (*Lock, error) {
-	if err := l.check(ctx, key); err != nil {
-		return nil, opErr(op, key, err)
-	}
-	id := idOf(key)
-	if err := l.reserve(ctx, id, shared, wait); err != nil {
-		return nil, opErr(op, key, err)
-	}
-	backoff := l.cfg.MinBackoff
-	var last error
-	retries := 0
-	for {
-		var waker chan struct{}
-		if wait {
-			waker = l.addWaker(id)
-		}
-		r := newRequest(opTry, key, shared)
-		r.want = wait
-		var got *Lock
-		s, err := l.pickSession(ctx)
-		if err == nil {
-			var ran bool
-			if ran, err = s.runDirect(ctx, r); !ran {
-				err = s.submit(ctx, r)
-			}
-			if err == nil { // r is done, not abandoned: its fields are ours
-				got, err = r.got, r.err
-			}
-		}
-		if got != nil && err == nil {
-			if waker != nil {
-				l.removeWaker(id, waker)
-			}
-			return got, nil
-		}
-		if err != nil && !wait && retries < l.cfg.MaxSessions && errors.Is(err, errSessionDied) && ctx.Err() == nil {
-			// The session died unnoticed (it held no locks, so nobody
-			// pinged it): try again, on another one.
-			retries++
-			continue
-		}
-		var ab errAbandoned
-		abandoned := errors.As(err, &ab)
-		if err == nil && !wait {
-			l.unreserve(id, shared)
-			return nil, opErr(op, key, ErrLocked)
-		}
-		if err != nil && (!wait || ctx.Err() != nil || errors.Is(err, ErrClosed) || isPgError(err)) {
-			if waker != nil {
-				l.removeWaker(id, waker)
-			}
-			if !abandoned {
-				l.unreserve(id, shared)
-			}
-			if ctx.Err() != nil && !abandoned {
-				// Say that ctx ended, whatever else went wrong.
-				err = fmt.Errorf("%w (and: %w)", context.Cause(ctx), err)
-			}
-			if last != nil && ctx.Err() != nil {
-				err = fmt.Errorf("%w (last error: %w)", err, last)
-			}
-			return nil, opErr(op, key, err)
-		}
-		if err != nil {
-			last = err // a session died or could not be opened: retry
-		}
-		t := time.NewTimer(jitter(backoff))
-		backoff = min(2*backoff, l.cfg.MaxBackoff)
-		select {
-		case <-waker:
-			backoff = l.cfg.MinBackoff
-		case <-t.C:
-		case <-ctx.Done():
-		case <-l.closing:
-		}
-		t.Stop()
-		l.removeWaker(id, waker)
-		err = ctx.Err()
-		if err == nil && l.isClosed() {
-			err = ErrClosed
-		}
-		if err != nil {
-			l.unreserve(id, shared)
-			if err != ErrClosed {
-				err = context.Cause(ctx)
-			}
-			if last != nil {
-				err = fmt.Errorf("%w (last error: %w)", err, last)
-			}
-			return nil, opErr(op, key, err)
-		}
-	}
-}
-
-// jitter returns a random duration in [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-func isPgError(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe)
 }
 
 func (l *Locker) isClosed() bool {
@@ -249,7 +153,10 @@ func (l *Locker) isClosed() bool {
 // lost ([ErrLost]) and the error says so. Close is idempotent; ctx bounds
 // only the wait, and the release goes on in the background if it ends.
 func (l *Locker) Close(ctx context.Context) error {
-	if ctx == nil {
+	switch {
+	case l == nil:
+		return fmt.Errorf("advisory: close: %w", errNilLocker)
+	case ctx == nil:
 		return errors.New("advisory: close: nil context")
 	}
 	l.closeOnce.Do(func() {

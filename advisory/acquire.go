@@ -1,0 +1,164 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/backoff"
+)
+
+// attempt is one TryLock, Lock, TryRLock or RLock call: it holds the key's
+// in-process reservation from the start and tries on a session until it
+// takes the lock or [decide] says to return.
+type attempt struct {
+	l      *Locker
+	ctx    context.Context
+	key    pglocks.Key
+	id     keyID
+	shared bool
+	wait   bool
+
+	waker   chan struct{} // signalled when a holder unlocks the key
+	last    error         // why the latest retried attempt failed
+	retried int           // failed attempts retried so far
+	busy    time.Duration // the next delay before polling a busy key
+	bo      backoff.Backoff
+}
+
+func (l *Locker) acquire(ctx context.Context, op string, key pglocks.Key, shared, wait bool) (*Lock, error) {
+	if err := l.check(ctx, key); err != nil {
+		return nil, opErr(op, key, err)
+	}
+	id := idOf(key)
+	if err := l.reserve(ctx, id, shared, wait); err != nil {
+		return nil, opErr(op, key, err)
+	}
+	a := &attempt{l: l, ctx: ctx, key: key, id: id, shared: shared, wait: wait, busy: l.cfg.MinBackoff}
+	lk, err := a.run()
+	return lk, opErr(op, key, err)
+}
+
+// run tries until the lock is taken or decide says to return.
+func (a *attempt) run() (*Lock, error) {
+	for {
+		if a.wait {
+			a.waker = a.l.addWaker(a.id)
+		}
+		lk, err := a.once()
+		if lk != nil {
+			a.dropWaker()
+			return lk, nil
+		}
+		var delay time.Duration
+		switch decide(err, a.wait, a.retried, a.l.cfg.MaxSessions) {
+		case stepReturn:
+			return nil, a.giveUp(err)
+		case stepBusy:
+			if !a.wait {
+				a.l.unreserve(a.id, a.shared)
+				return nil, ErrLocked
+			}
+			delay = jitter(a.busy)
+			a.busy = min(2*a.busy, a.l.cfg.MaxBackoff)
+		case stepRetry:
+			a.last, a.retried = err, a.retried+1
+			delay = a.retryDelay(err)
+		}
+		if err := a.pause(delay); err != nil {
+			return nil, a.giveUp(err)
+		}
+	}
+}
+
+// once makes one try on a session: the lock, nil and nil when the key is
+// busy, or why the try failed.
+func (a *attempt) once() (*Lock, error) {
+	s, err := a.l.pickSession(a.ctx, a.wait)
+	if err != nil {
+		return nil, err
+	}
+	r := newRequest(opTry, a.key, a.shared)
+	r.want = a.wait
+	ran, err := s.runDirect(a.ctx, r)
+	if !ran {
+		err = s.submit(a.ctx, r)
+	}
+	if err != nil {
+		return nil, err // abandoned or the session stopped: r is not ours
+	}
+	return r.got, r.err
+}
+
+// retryDelay is the pause before retrying after err. Dials are paced by
+// pickSession; the first retry after a session's death is immediate (it
+// died unnoticed, another one will do), later ones back off.
+func (a *attempt) retryDelay(err error) time.Duration {
+	if errors.As(err, new(dialError)) || a.retried == 1 {
+		return 0
+	}
+	return a.bo.Next()
+}
+
+// pause waits d, or until the key's holder unlocks it, ctx ends or the
+// Locker closes; it returns ctx's cause or ErrClosed then.
+func (a *attempt) pause(d time.Duration) error {
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-a.waker:
+			a.busy = a.l.cfg.MinBackoff
+		case <-t.C:
+		case <-a.ctx.Done():
+		case <-a.l.closing:
+		}
+		t.Stop()
+	}
+	a.dropWaker()
+	if a.ctx.Err() != nil {
+		return context.Cause(a.ctx)
+	}
+	if a.l.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (a *attempt) dropWaker() {
+	if a.waker != nil {
+		a.l.removeWaker(a.id, a.waker)
+		a.waker = nil
+	}
+}
+
+// giveUp ends the call with err: it gives back the reservation (unless an
+// abandoned request still carries it) and says that ctx ended and why the
+// last retried attempt failed.
+func (a *attempt) giveUp(err error) error {
+	a.dropWaker()
+	abandoned := errors.As(err, new(errAbandoned))
+	if !abandoned {
+		a.l.unreserve(a.id, a.shared)
+	}
+	if a.ctx.Err() == nil {
+		return err
+	}
+	if cause := context.Cause(a.ctx); !abandoned && err != cause {
+		err = fmt.Errorf("%w (and: %w)", cause, err)
+	}
+	if a.last != nil && a.last != err {
+		err = fmt.Errorf("%w (last error: %w)", err, a.last)
+	}
+	return err
+}
+
+// jitter returns a random duration in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
