@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pglocks/pglocks/internal/backoff"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // Acquire acquires the lease name for ttl, waiting while another owner
@@ -18,57 +17,86 @@ import (
 // store, opened on first need); a holder that vanishes without releasing is
 // noticed when its lease expires — the wait lasts until the expiry reported
 // by the failed try, plus a little jitter, and then tries again. There is
-// no fixed-interval polling. ctx bounds the whole wait; a cancelled wait
-// leaves no row owned.
+// no fixed-interval polling. An error that a later try may not meet (a
+// restart, a dropped connection, a serialization failure) is retried with
+// capped, jittered backoff, on the first try as on later ones; one that
+// cannot pass (a closed pool, a missing table, no privilege) is returned at
+// once. ctx bounds the whole wait; a cancelled wait leaves no row owned.
 func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
-	o, err := s.check(name, ttl, opts)
-	if err != nil {
-		return nil, fmt.Errorf("acquire lease %q: %w", name, err)
-	}
-	l, err := s.try(ctx, name, ttl, o)
-	var held *HeldError
-	if !errors.As(err, &held) {
-		return l, wrapAcquire(name, err)
-	}
-	lis, err := s.listener()
+	o, err := s.check(ctx, name, ttl, opts)
 	if err != nil {
 		return nil, wrapAcquire(name, err)
 	}
-	w := lis.register(name)
-	defer lis.unregister(name, w)
-	lis.awaitReady(ctx, w)
-	backoff := time.Duration(0)
+	var (
+		lis *listener
+		w   *waiter
+		bo  backoff.Backoff
+	)
+	defer func() {
+		if w != nil {
+			lis.unregister(name, w)
+		}
+	}()
 	for {
-		// Try again once registered: a release between the first try and
-		// the registration would otherwise go unheard.
-		l, err = s.try(ctx, name, ttl, o)
+		l, err := s.try(ctx, name, ttl, o)
+		var held *HeldError
 		var wait time.Duration
 		switch {
-		case errors.As(err, &held):
-			wait, backoff = held.ExpiresIn+jitter(held.ExpiresIn), 0
-		case transient(err) && ctx.Err() == nil:
-			// A restart or a dropped connection: keep waiting. A failed
-			// attempt may have left a cleanup of its owner's row running:
-			// the next attempt must not share that owner.
-			if !o.hasOwner {
-				id, uerr := uuid.NewRandom()
-				if uerr != nil {
-					return nil, wrapAcquire(name, uerr)
-				}
-				o.owner = id
+		case err == nil:
+			return l, nil
+		case errors.As(err, &held) && w == nil:
+			// Register, then try again: a release between the first try
+			// and the registration would otherwise go unheard.
+			if lis, err = s.listener(); err != nil {
+				return nil, wrapAcquire(name, err)
 			}
-			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
-			wait = backoff + jitter(backoff)
+			w = lis.register(name)
+			lis.awaitReady(ctx, w)
+			if perr := s.stopped(ctx); perr != nil {
+				return nil, wrapAcquire(name, perr) // do not try after Close woke us
+			}
+			continue
+		case errors.As(err, &held):
+			wait = held.ExpiresIn + jitter(held.ExpiresIn)
+			bo.Reset()
+		case retryable(err) && ctx.Err() == nil:
+			wait = bo.Next()
 		default:
-			return l, wrapAcquire(name, err)
+			return nil, wrapAcquire(name, err)
 		}
-		if perr := s.park(ctx, w.wake, wait); perr != nil {
+		var wake <-chan struct{}
+		if w != nil {
+			wake = w.wake
+		}
+		if perr := s.park(ctx, wake, wait); perr != nil {
 			if errors.Is(perr, ErrClosed) {
 				return nil, wrapAcquire(name, perr)
 			}
-			return nil, fmt.Errorf("acquire lease %q: %w (%w)", name, perr, err)
+			return nil, fmt.Errorf("acquire lease %q: %w (%w)", short(name), perr, err)
 		}
 	}
+}
+
+// retryable reports whether a later acquire attempt may succeed where this
+// one failed: nothing was done (Retry), or the outcome is unknown and the
+// attempt is being cleaned up by its own id (Unknown).
+func retryable(err error) bool {
+	if errors.Is(err, ErrClosed) {
+		return false
+	}
+	c := outcome.Of(err)
+	return c == outcome.Retry || c == outcome.Unknown
+}
+
+// stopped returns ctx's cause or ErrClosed once either has ended.
+func (s *Store) stopped(ctx context.Context) error {
+	if s.ctx.Err() != nil {
+		return ErrClosed
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
 }
 
 // park waits for a wake-up, for wait to pass, for ctx (returning its
@@ -94,7 +122,7 @@ func wrapAcquire(name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("acquire lease %q: %w", name, err)
+	return fmt.Errorf("acquire lease %q: %w", short(name), err)
 }
 
 // jitter spreads waiters that wake at one holder's expiry: 1 ms plus up to
@@ -103,48 +131,28 @@ func jitter(wait time.Duration) time.Duration {
 	return time.Millisecond + rand.N(min(max(wait/20, time.Millisecond), 50*time.Millisecond))
 }
 
-// transient reports whether err is a connection failure or a server
-// shutting down or starting up, which a later attempt may not meet.
-func transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
+// serialization reports a failure the server asks to retry at once
+// (40001, 40P01): under serializable or repeatable read, racing updates of
+// one row meet it; nothing was written.
+func serialization(err error) bool {
+	switch outcome.SQLState(err) {
+	case "40001", "40P01":
+		return true
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
-	}
-	return !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidTTL) && !errors.Is(err, ErrInvalidConfig)
+	return false
 }
 
-// ambiguous reports whether err leaves it unknown whether a statement
-// committed: not a server error, and the statement may have been sent.
-func ambiguous(err error) bool {
-	var pgErr *pgconn.PgError
-	return err != nil && !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
-}
-
-// cleanup frees a lease that an interrupted acquire may have taken, in the
-// background — Close waits for it — or, with wait, before it returns. The
-// release matches (name, owner): a background cleanup is safe only for an
-// owner id that no later acquisition uses (a fresh one per attempt).
-func (s *Store) cleanup(name string, owner uuid.UUID, ttl time.Duration, wait bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return // nobody waits for it; the row expires at the end of its TTL
-	}
-	s.wg.Add(1)
-	done := make(chan struct{})
-	go func() {
-		defer s.wg.Done()
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), min(ttl, 10*time.Second))
-		defer cancel()
-		_, _ = s.pool.Exec(ctx, s.q.releaseOwnerSQL, name, pgUUID(owner), s.q.channel, interestKey(s.q.channel, name)) // best effort
-	}()
-	if wait {
-		s.mu.Unlock()
-		<-done
-		s.mu.Lock()
+// retrySerialization runs f until it does not fail with a serialization
+// failure, ctx ends, or 20 tries, with a short backoff between them.
+func retrySerialization(ctx context.Context, f func() error) error {
+	bo := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
+	for i := 0; ; i++ {
+		err := f()
+		if !serialization(err) || i == 19 {
+			return err
+		}
+		if werr := bo.Wait(ctx); werr != nil {
+			return err
+		}
 	}
 }

@@ -24,6 +24,8 @@ const (
 	MinTTL = time.Millisecond
 	// MaxMaxTTL caps Config.MaxTTL: about ten years.
 	MaxMaxTTL = 10 * 365 * 24 * time.Hour
+	// DefaultCheckInterval is Config.CheckInterval unless set.
+	DefaultCheckInterval = 5 * time.Second
 	// MaxNameLen is the longest lease name, in bytes: well below the
 	// 2,704-byte limit of a btree index entry, and of a NOTIFY payload.
 	MaxNameLen = 1024
@@ -64,6 +66,16 @@ type Config struct {
 	// that a failed renewal leaves time for another. Default: 1/3.
 	RenewFraction float64
 
+	// CheckInterval bounds how long a kept-alive lease ([WithKeepAlive],
+	// [Store.Do]) goes without asking the server whether it still holds:
+	// between renewals, every CheckInterval it reads its row (scoped to its
+	// owner and token, writing nothing), so that a loss nobody announced —
+	// a NOTIFY missed while the store's listener reconnected, a row changed
+	// by hand — ends the lease within CheckInterval whatever the TTL. A
+	// Break or a takeover is normally heard at once through NOTIFY.
+	// Default: 5s.
+	CheckInterval time.Duration
+
 	// Hostname is recorded in the hostname column of every lease this store
 	// acquires, for inspection. Default: os.Hostname().
 	Hostname string
@@ -96,6 +108,9 @@ func (c Config) withDefaults() Config {
 	if c.RenewFraction == 0 {
 		c.RenewFraction = 1.0 / 3
 	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = DefaultCheckInterval
+	}
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname() // best effort: metadata only
 	}
@@ -126,6 +141,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Config.SafetyMargin %v must be less than Config.MaxTTL %v", ErrInvalidConfig, c.SafetyMargin, c.MaxTTL)
 	case !(c.RenewFraction > 0 && c.RenewFraction <= 0.5):
 		return fmt.Errorf("%w: Config.RenewFraction %v is outside (0, 0.5]", ErrInvalidConfig, c.RenewFraction)
+	case c.CheckInterval < time.Millisecond:
+		return fmt.Errorf("%w: Config.CheckInterval %v is below 1ms", ErrInvalidConfig, c.CheckInterval)
 	case c.PID < 0 || c.PID > 1<<31-1:
 		return fmt.Errorf("%w: Config.PID %d is not a process id", ErrInvalidConfig, c.PID)
 	}
@@ -140,6 +157,11 @@ func (c Config) margin(ttl time.Duration) time.Duration {
 	return ttl / 10
 }
 
+// renewInterval is how often the keep-alive renews a lease of the given TTL.
+func (c Config) renewInterval(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl) * c.RenewFraction)
+}
+
 // options are the per-call options of TryAcquire, Acquire, Resume and Do.
 type options struct {
 	owner     uuid.UUID
@@ -151,9 +173,11 @@ type options struct {
 // Option configures one TryAcquire, Acquire, Resume or Do call.
 type Option func(*options)
 
-// WithOwner makes the lease's owner id instead of a fresh random UUID v4.
-// Acquiring with the owner of a lease already held does not re-enter it:
-// a lease is free only when released or expired.
+// WithOwner makes the lease's owner id instead of a fresh random UUID v4;
+// it must not be the zero UUID. Acquiring with the owner of a lease already
+// held does not re-enter it: a lease is free only when released or expired.
+// An attempt whose outcome is unknown is cleaned up by its own attempt id,
+// never by owner, so it cannot free another acquisition by the same owner.
 func WithOwner(id uuid.UUID) Option {
 	return func(o *options) { o.owner, o.hasOwner = id, true }
 }
@@ -165,8 +189,9 @@ func WithMetadata(doc json.RawMessage) Option {
 }
 
 // WithKeepAlive renews the lease in the background every
-// TTL × Config.RenewFraction until it is released or lost; see
-// [Lease.Lost].
+// TTL × Config.RenewFraction, and checks it every Config.CheckInterval in
+// between, until it is released or lost; see [Lease.Lost]. The TTL must
+// leave room for that: TTL − SafetyMargin > TTL × RenewFraction.
 func WithKeepAlive() Option {
 	return func(o *options) { o.keepAlive = true }
 }

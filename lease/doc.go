@@ -27,14 +27,83 @@
 //
 // # Time
 //
-// Every expiry decision is made in SQL with the server's clock, so client
-// clocks may be wrong by hours without effect. Locally a holder trusts its
-// lease only until the send time of its last successful acquire or renew +
-// TTL − a safety margin ([Config.SafetyMargin]), measured on Go's monotonic
-// clock; when that deadline passes without a renewal, [Lease.Lost] is closed
-// and [Lease.Context] cancelled, before any other client can have acquired
-// the lease (as long as the client's and server's clocks run at about the
-// same rate).
+// Every expiry decision is made in SQL with the server's clock, at the
+// moment the row is tested or changed (clock_timestamp(), not the
+// transaction's start), so client clocks may be wrong by hours without
+// effect, and a lease acquired or renewed after waiting for a row lock
+// still gets its whole TTL. Locally a holder trusts its lease only until
+// the send time of its last successful acquire or renew (plus the wait the
+// server reports before it computed the expiry, capped by the round trip)
+// + TTL − a safety margin ([Config.SafetyMargin]), measured on Go's
+// monotonic clock; when that deadline passes without a renewal,
+// [Lease.Lost] is closed and [Lease.Context] cancelled, before any other
+// client can have acquired the lease (as long as the client's and server's
+// clocks run at about the same rate).
+//
+// # Unknown outcomes
+//
+// A statement whose reply never came (a lost reply, a connection reset, ctx
+// ending while it ran) may or may not have committed; the module's one
+// classifier (internal/outcome) calls that Unknown. The rule, for every
+// statement of this package: an operation whose outcome is unknown either
+// provably cannot free, extend or take another acquisition, or ends local
+// trust at once. No statement is scoped by owner alone:
+//
+//   - Acquire attempts record a fresh attempt id in the row. An attempt
+//     whose outcome is unknown is cleaned up in the background by that id
+//     alone — it cannot touch another acquisition, even one by the same
+//     owner ([WithOwner]) — and TryAcquire returns at once, within its ctx.
+//   - Renew is scoped to (name, owner, token): an unknown renewal can only
+//     have extended this very acquisition, and the trust deadline moves
+//     only on a confirmed one.
+//   - Release is scoped to (name, owner, token). If its outcome is unknown,
+//     another client may hold the name already: the Lease ends at once
+//     (Lost, Context; Err wraps ErrLost and says the outcome is unknown) and
+//     the release is retried in the background until the server answers,
+//     for at most min(TTL, 30 s).
+//   - Break is an operator's act: its outcome is reported as it came.
+//
+// Ownership changes (acquire, renew, release, break, cleanups) commit with
+// synchronous_commit = on whatever the sessions' setting, so an
+// acknowledged token is never handed out again after a crash.
+//
+// # Guarantees, and the tests that hold them
+//
+//   - Tokens only grow — across release, expiry, takeover, Break, server
+//     restart (TestTokensOnlyGrow, TestServerRestart) and a crash with
+//     sessions at synchronous_commit = off (TestTokensSurviveCrash).
+//   - One holder at a time: racing tries give one winner
+//     (TestConcurrentTries); a failed try writes and locks nothing
+//     (TestFailedTryWritesNothing).
+//   - Lost and Context fire before another client can have acquired the
+//     lease: on the trust deadline (TestTrustDeadline,
+//     TestKeepAliveLongBlackhole), on an unknown Release
+//     (TestAmbiguousRelease, TestAmbiguousReleaseNotSent); an unknown
+//     acquire never frees another acquisition and honours ctx
+//     (TestAmbiguousAcquireWithOwner).
+//   - Loss is announced promptly: a Break or a takeover ends the holder's
+//     Lease at once through NOTIFY (TestBreakEndsHolderPromptly: ≤ 1 s at
+//     TTL 30 s; TestTakeoverEndsHolderPromptly); a kept-alive lease checks
+//     its row every Config.CheckInterval (TestKeepAliveRechecks) and renews
+//     through killed connections (TestKeepAliveSurvivesKilledConnections).
+//   - Fencing: a stale holder's guarded write fails, and a takeover or
+//     Break waits for an open guarded transaction (TestGuardStaleHolder,
+//     TestTakeoverWaitsForGuard, TestGuardedCounterStress).
+//   - Client clocks do not matter (TestClockSkew).
+//   - Nothing is left held by a caller who got an error: a cancelled wait
+//     (TestAcquireCancelled), an acquisition racing Store.Close
+//     (TestCloseRacesAcquisitions).
+//   - Waits end as they should: a release wakes a waiter at once
+//     (TestAcquireWaitsForRelease, TestListenerKilled), a vanished holder at
+//     its expiry (TestAcquireWakesAtExpiry); serialization failures, dead
+//     sessions and restarts are retried (TestSerializableDatabase,
+//     TestAcquireFirstTryTransient), a closed pool is not
+//     (TestAcquireClosedPool).
+//   - Bad input gives an error naming it, never a panic (TestBadInput,
+//     TestNilArguments, TestKeepAliveMarginChecked, TestLongNameInErrors).
+//   - The listener's memory and goroutines stay flat under notification
+//     floods (TestListenerFlatOverNotifications); every goroutine is joined
+//     (goleak in TestMain).
 //
 // # Fencing
 //
@@ -50,6 +119,16 @@
 //     resource, which remembers the highest token it has seen and refuses
 //     lower ones.
 //
+// The Guard's row lock also holds back the holder's own renewals until the
+// guarded transaction ends, and renewals take a connection from the same
+// pool as the application. So a guarded transaction must end well within
+// the trust window: it is safe to last up to TTL × (1 − RenewFraction) −
+// SafetyMargin (it may start just before a renewal is due) — 0.57 × TTL
+// with the defaults, 17 s for a 30 s lease — and a transaction longer than
+// TTL − SafetyMargin (0.9 × TTL) always costs the lease it guards. Leave
+// the pool a connection for renewals, too: when the application holds
+// every connection for longer than that window, the lease is lost.
+//
 // # What this does not guarantee
 //
 //   - A paused process cannot be stopped. A holder frozen by a GC pause, a
@@ -58,23 +137,29 @@
 //     transactions and token checks refuse the stale holder's writes.
 //     Unfenced side effects (an email, a call to an API that ignores the
 //     token) may happen twice.
-//   - Tokens are as durable as the database. After a failover to an
-//     asynchronous replica, recently committed acquisitions can be lost and
-//     a token handed out again; use synchronous replication (or fence with
-//     something that survives failover) if that matters.
+//   - Tokens are as durable as the database. Commits are flushed locally
+//     (and to synchronous standbys when the session asks for a remote
+//     level), but after a failover to an asynchronous replica, recently
+//     committed acquisitions can be lost and a token handed out again; use
+//     synchronous replication (or fence with something that survives
+//     failover) if that matters.
 //   - The local trust deadline assumes the client's monotonic clock does not
 //     run much slower than the server's; the safety margin absorbs modest
 //     drift, not a stopped clock.
 //   - Acquire is not fair: waiters woken by a release race for the lease,
 //     and a newcomer's TryAcquire may win.
-//   - A Guard's FOR SHARE lock also holds back the holder's own renewals
-//     until the guarded transaction ends: keep such transactions short
-//     beside the TTL.
+//   - Prompt loss needs the store's listening connection: a Break or
+//     takeover while it reconnects is noticed by a kept-alive lease within
+//     Config.CheckInterval, by any lease at its trust deadline.
+//   - An attempt cleaned up in the background was never the caller's: do
+//     not build a Handle for it from [Store.Get] and resume it.
 //
 // # Waiting
 //
 // A store opens one extra connection, on the first Acquire that has to
-// wait, and keeps it until Close: it LISTENs on Config.Channel and, while
+// wait or the first lease it holds, and keeps it until Close: it LISTENs
+// on Config.Channel (to wake waiters, and to hear of its leases' loss) and,
+// while
 // a name has waiters, holds a shared session advisory lock on the bigint
 // key KeyOf("pglocks.lease:" + channel + ":" + name) (see package pglocks).
 // A release notifies only when it cannot take that key itself, so releases

@@ -23,7 +23,8 @@ var (
 
 	// ErrLost is the cause of a lease's [Lease.Context] and the error of
 	// [Lease.Err] once the lease has been lost: taken over, expired, broken,
-	// or no longer trusted locally because renewals did not succeed in time.
+	// no longer trusted locally because renewals did not succeed in time, or
+	// released with an outcome that is unknown (the reply never came).
 	ErrLost = errors.New("lease: lost")
 
 	// ErrReleased is the cause of a lease's [Lease.Context] after a

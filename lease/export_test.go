@@ -17,3 +17,16 @@ func Waiters(s *Store, name string) int {
 // Parked returns how many Acquire calls of the store are blocked waiting
 // for a release or an expiry.
 func Parked(s *Store) int64 { return s.parked.Load() }
+
+// Listening reports whether the store's listener has a listening session.
+func Listening(s *Store) bool {
+	s.mu.Lock()
+	lis := s.lis
+	s.mu.Unlock()
+	if lis == nil {
+		return false
+	}
+	lis.mu.Lock()
+	defer lis.mu.Unlock()
+	return lis.on
+}

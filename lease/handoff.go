@@ -96,29 +96,46 @@ func ParseHandle(s string) (Handle, error) {
 // the two are the same lease, and either may release it. Options other than
 // [WithKeepAlive] are ignored. ctx bounds the round trip.
 func (s *Store) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, error) {
+	l, err := s.resume(ctx, h, opts)
+	if err != nil {
+		return nil, fmt.Errorf("resume lease %q: %w", short(h.Name), err)
+	}
+	return l, nil
+}
+
+func (s *Store) resume(ctx context.Context, h Handle, opts []Option) (*Lease, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := s.checkOpen(); err != nil {
-		return nil, fmt.Errorf("resume lease %q: %w", h.Name, err)
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
 	}
 	if err := h.validate(); err != nil {
-		return nil, fmt.Errorf("resume: %w", err)
+		return nil, err
 	}
-	sent := s.cfg.Now()
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
 	var (
-		exp   time.Time
-		ttlUS int64
+		sent       time.Time
+		exp        time.Time
+		ttlUS, lag int64
 	)
-	err := s.pool.QueryRow(ctx, s.q.resumeSQL, h.Name, pgUUID(h.Owner), h.Token).Scan(&exp, &ttlUS)
-	if err = noRows(err); err != nil {
-		return nil, fmt.Errorf("resume lease %q: %w", h.Name, err)
+	err := retrySerialization(ctx, func() error {
+		sent = s.cfg.Now()
+		return noRows(s.pool.QueryRow(ctx, s.q.resumeSQL, h.Name, pgUUID(h.Owner), h.Token).Scan(&exp, &ttlUS, &lag))
+	})
+	if err != nil {
+		return nil, err
 	}
 	ttl := time.Duration(ttlUS) * time.Microsecond
-	l, err := s.newLease(h.Name, h.Owner, h.Token, ttl, exp, sent, o.keepAlive)
-	if err != nil {
-		return nil, fmt.Errorf("resume lease %q: %w", h.Name, err)
+	if o.keepAlive {
+		if err := s.checkKeepAlive(ttl); err != nil {
+			return nil, err
+		}
 	}
-	return l, nil
+	start := trustStart(sent, time.Duration(lag)*time.Microsecond, s.cfg.Now())
+	return s.newLease(ctx, h.Name, h.Owner, h.Token, ttl, exp, start, o.keepAlive, false)
 }

@@ -64,8 +64,8 @@ func scanInfo(row pgx.CollectableRow) (Info, error) {
 // Get returns the state of the lease name. A name never acquired gives an
 // error wrapping [ErrNotFound]. ctx bounds the round trip.
 func (s *Store) Get(ctx context.Context, name string) (Info, error) {
-	if err := s.checkArgs(name); err != nil {
-		return Info{}, fmt.Errorf("get lease %q: %w", name, err)
+	if err := s.checkArgs(ctx, name); err != nil {
+		return Info{}, fmt.Errorf("get lease %q: %w", short(name), err)
 	}
 	rows, _ := s.pool.Query(ctx, s.q.getSQL, name)
 	i, err := pgx.CollectExactlyOneRow(rows, scanInfo)
@@ -73,13 +73,16 @@ func (s *Store) Get(ctx context.Context, name string) (Info, error) {
 		err = ErrNotFound
 	}
 	if err != nil {
-		return Info{}, fmt.Errorf("get lease %q: %w", name, err)
+		return Info{}, fmt.Errorf("get lease %q: %w", short(name), err)
 	}
 	return i, nil
 }
 
 // List returns every lease held now, by name. ctx bounds the query.
 func (s *Store) List(ctx context.Context) ([]Info, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
@@ -94,12 +97,12 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 // IsHeld reports whether any owner holds the lease name unexpired by the
 // server clock. ctx bounds the round trip.
 func (s *Store) IsHeld(ctx context.Context, name string) (bool, error) {
-	if err := s.checkArgs(name); err != nil {
-		return false, fmt.Errorf("is lease %q held: %w", name, err)
+	if err := s.checkArgs(ctx, name); err != nil {
+		return false, fmt.Errorf("is lease %q held: %w", short(name), err)
 	}
 	var held bool
 	if err := s.pool.QueryRow(ctx, s.q.isHeldSQL, name).Scan(&held); err != nil {
-		return false, fmt.Errorf("is lease %q held: %w", name, err)
+		return false, fmt.Errorf("is lease %q held: %w", short(name), err)
 	}
 	return held, nil
 }
@@ -107,26 +110,33 @@ func (s *Store) IsHeld(ctx context.Context, name string) (bool, error) {
 // Break frees the lease name whoever holds it, for operators: it clears
 // the owner, ends the lease now and bumps the token, so that the old
 // holder's renewals, guarded writes and releases fail with [ErrNotHeld] and
-// the next acquisition's token is higher still; waiters are woken. It
-// waits for open transactions guarded by the lease ([Lease.Guard]). It
-// returns the new token; a name never acquired gives [ErrNotFound]. ctx
-// bounds the round trip.
+// the next acquisition's token is higher still; waiters are woken, and the
+// holder's store, if it listens (every store holding a lease does), ends
+// the holder's Lease at once (NOTIFY on Config.Channel). It waits for open
+// transactions guarded by the lease ([Lease.Guard]). It returns the new
+// token; a name never acquired gives [ErrNotFound]. A serialization
+// failure is retried. ctx bounds the call.
 func (s *Store) Break(ctx context.Context, name string) (int64, error) {
-	if err := s.checkArgs(name); err != nil {
-		return 0, fmt.Errorf("break lease %q: %w", name, err)
+	if err := s.checkArgs(ctx, name); err != nil {
+		return 0, fmt.Errorf("break lease %q: %w", short(name), err)
 	}
 	var token int64
-	err := s.pool.QueryRow(ctx, s.q.breakSQL, name, s.q.channel, interestKey(s.q.channel, name)).Scan(&token, nil)
+	err := retrySerialization(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.q.breakSQL, name, s.q.channel, interestKey(s.q.channel, name)).Scan(&token, nil, nil)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrNotFound
 	}
 	if err != nil {
-		return 0, fmt.Errorf("break lease %q: %w", name, err)
+		return 0, fmt.Errorf("break lease %q: %w", short(name), err)
 	}
 	return token, nil
 }
 
-func (s *Store) checkArgs(name string) error {
+func (s *Store) checkArgs(ctx context.Context, name string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := s.checkOpen(); err != nil {
 		return err
 	}

@@ -35,18 +35,21 @@ func (l *Lease) startKeepAlive() {
 	go l.runKeepAlive(ka)
 }
 
-// runKeepAlive renews every TTL × RenewFraction. After a transient error it
-// retries sooner, with backoff, for as long as the lease is trusted; the
-// trust timer declares the loss if no renewal succeeds in time. Each
-// renewal is bounded by the trust deadline, so a hung connection cannot
-// hold the keep-alive past it.
+// runKeepAlive renews every TTL × RenewFraction and, in between, checks
+// the row every Config.CheckInterval. After a transient error it retries
+// sooner, with backoff, for as long as the lease is trusted; the trust
+// timer declares the loss if no renewal succeeds in time. Each statement
+// is bounded by the trust deadline, so a hung connection cannot hold the
+// keep-alive past it.
 func (l *Lease) runKeepAlive(ka *keepAlive) {
 	defer l.store.wg.Done()
 	defer close(ka.done)
-	interval := time.Duration(float64(l.ttl) * l.store.cfg.RenewFraction)
+	cfg := l.store.cfg
+	interval := cfg.renewInterval(l.ttl)
 	minBackoff := max(interval/16, time.Millisecond)
 	backoff := minBackoff
-	t := time.NewTimer(interval)
+	lastRenew := cfg.Now()
+	t := time.NewTimer(min(interval, cfg.CheckInterval))
 	defer t.Stop()
 	for {
 		select {
@@ -54,17 +57,27 @@ func (l *Lease) runKeepAlive(ka *keepAlive) {
 			return
 		case <-t.C:
 		}
-		left := l.TrustedUntil().Sub(l.store.cfg.Now())
+		now := cfg.Now()
+		left := l.TrustedUntil().Sub(now)
 		if left <= 0 {
 			return // the trust timer declares the loss
 		}
+		renew := now.Sub(lastRenew) >= interval-interval/64 || backoff > minBackoff
 		ctx, cancel := context.WithTimeout(context.Background(), left)
-		err := l.renew(ctx)
+		var err error
+		if renew {
+			err = l.renew(ctx)
+		} else {
+			err = l.check(ctx)
+		}
 		cancel()
-		next := interval
+		next := min(interval, cfg.CheckInterval)
 		switch {
 		case err == nil:
-			backoff = minBackoff
+			if renew {
+				lastRenew, backoff = now, minBackoff
+			}
+			next = min(next, max(interval-cfg.Now().Sub(lastRenew), time.Millisecond))
 		case errors.Is(err, ErrNotHeld), errors.Is(err, ErrClosed):
 			return
 		default:
@@ -72,6 +85,25 @@ func (l *Lease) runKeepAlive(ka *keepAlive) {
 		}
 		t.Reset(next)
 	}
+}
+
+// check asks the server whether the lease is still held, writing nothing;
+// if it is not, the lease is lost.
+func (l *Lease) check(ctx context.Context) error {
+	if err := l.live(); err != nil {
+		return err
+	}
+	var left int64
+	err := noRows(l.store.pool.QueryRow(ctx, l.store.q.assertSQL, l.args()...).Scan(&left))
+	if err == ErrNotHeld {
+		l.mu.Lock()
+		releasing := l.releasing
+		l.mu.Unlock()
+		if !releasing {
+			l.lose("check")
+		}
+	}
+	return err
 }
 
 // Do acquires the lease name for ttl (waiting as [Store.Acquire] does),
@@ -82,6 +114,12 @@ func (l *Lease) runKeepAlive(ka *keepAlive) {
 // ran, the error also wraps [ErrLost], since fn may then not have been
 // alone.
 func (s *Store) Do(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	if fn == nil {
+		return fmt.Errorf("do lease %q: nil function", short(name))
+	}
+	if err := checkCtx(ctx); err != nil {
+		return fmt.Errorf("do lease %q: %w", short(name), err)
+	}
 	l, err := s.Acquire(ctx, name, ttl, append(opts, WithKeepAlive())...)
 	if err != nil {
 		return err

@@ -140,7 +140,10 @@ func TestKeepAliveSurvivesKilledConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		exp := l.ExpiresAt()
-		eventually(t, 5*time.Second, "a renewal after the kill", func() bool { return l.ExpiresAt().After(exp) })
+		eventually(t, 5*time.Second, "a renewal after the kill", func() bool { return l.ExpiresAt().After(exp) || l.Err() != nil })
+		if err := l.Err(); err != nil {
+			t.Fatalf("lost: %v", err)
+		}
 	}
 	if err := l.Err(); err != nil {
 		t.Fatalf("lost: %v", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // Lease is one acquisition of a named lease: an owner, a fencing token, and
@@ -42,22 +43,32 @@ type Lease struct {
 	ka *keepAlive // nil without keep-alive
 }
 
-func (s *Store) newLease(name string, owner uuid.UUID, token int64, ttl time.Duration, expiresAt, sent time.Time, keepAlive bool) (*Lease, error) {
+// newLease makes the Lease of an acquisition the server confirmed, trusted
+// from start (see trustStart). If the store closed meanwhile, a fresh
+// acquisition (fresh) is released again before ErrClosed is returned, so
+// that no row is left held by a caller who got an error; a resumed one is
+// left as it was.
+func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, token int64, ttl time.Duration, expiresAt, start time.Time, keepAlive, fresh bool) (*Lease, error) {
 	l := &Lease{store: s, name: name, owner: owner, token: token, ttl: ttl, lost: make(chan struct{}), expiresAt: expiresAt}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	l.trustUntil = sent.Add(ttl - s.cfg.margin(ttl))
+	l.trustUntil = start.Add(ttl - s.cfg.margin(ttl))
 	l.mu.Lock() // before track: Store.Close may abandon l at once
 	defer l.mu.Unlock()
 	if err := s.track(l); err != nil {
-		// Closed while acquiring: the row expires at the end of its TTL.
 		l.ended, l.err = true, err
 		l.cancel(err)
+		if fresh {
+			if rerr := s.releaseRow(ctx, name, owner, token); rerr != nil {
+				return nil, fmt.Errorf("%w; releasing what it took failed, so the row expires at the end of its TTL: %w", err, rerr)
+			}
+		}
 		return nil, err
 	}
 	l.trust = time.AfterFunc(l.trustUntil.Sub(s.cfg.Now()), l.checkTrust)
 	if keepAlive {
 		l.startKeepAlive()
 	}
+	s.hear() // so that a Break or a takeover ends l at once
 	return l, nil
 }
 
@@ -142,14 +153,14 @@ func (l *Lease) checkTrust() {
 		l.trust.Reset(left)
 		return
 	}
-	l.end(fmt.Errorf("%w: lease %q: not renewed before its trust deadline", ErrLost, l.name), true)
+	l.end(fmt.Errorf("%w: lease %q: not renewed before its trust deadline", ErrLost, short(l.name)), true)
 }
 
 // lose ends the lease because the server said it is not held.
 func (l *Lease) lose(op string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.end(fmt.Errorf("%w: lease %q: %s: %w", ErrLost, l.name, op, ErrNotHeld), true)
+	l.end(fmt.Errorf("%w: lease %q: %s: %w", ErrLost, short(l.name), op, ErrNotHeld), true)
 }
 
 // abandon ends the lease without releasing it (Store.Close, which waits
@@ -166,22 +177,33 @@ func (l *Lease) args() []any { return []any{l.name, pgUUID(l.owner), l.token} }
 // Renew extends the lease to TTL from now by the server clock, and its
 // trust deadline to the send time of this renewal + TTL − safety margin.
 // If the lease is no longer held (expired, taken over, broken, released)
-// it returns an error wrapping [ErrNotHeld] and the lease is lost. A
-// transport error leaves the lease as it was. ctx bounds the round trip.
+// it returns an error wrapping [ErrNotHeld] and the lease is lost. Any
+// other error leaves the lease as it was: a renewal whose outcome is
+// unknown can only have extended this very acquisition, and the trust
+// deadline moves only on a confirmed one. ctx bounds the round trip.
 func (l *Lease) Renew(ctx context.Context) error {
 	if err := l.renew(ctx); err != nil {
-		return fmt.Errorf("renew lease %q: %w", l.name, err)
+		return fmt.Errorf("renew lease %q: %w", short(l.name), err)
 	}
 	return nil
 }
 
 func (l *Lease) renew(ctx context.Context) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := l.live(); err != nil {
 		return err
 	}
-	sent := l.store.cfg.Now()
-	var exp time.Time
-	err := noRows(l.store.pool.QueryRow(ctx, l.store.q.renewSQL, l.args()...).Scan(&exp))
+	var (
+		sent  time.Time
+		exp   time.Time
+		lagUS int64
+	)
+	err := retrySerialization(ctx, func() error {
+		sent = l.store.cfg.Now()
+		return noRows(l.store.pool.QueryRow(ctx, l.store.q.renewSQL, l.args()...).Scan(&exp, &lagUS))
+	})
 	if err == ErrNotHeld {
 		l.mu.Lock()
 		releasing := l.releasing
@@ -194,12 +216,13 @@ func (l *Lease) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	start := trustStart(sent, time.Duration(lagUS)*time.Microsecond, l.store.cfg.Now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended {
 		return l.endedErr()
 	}
-	if t := sent.Add(l.ttl - l.store.cfg.margin(l.ttl)); t.After(l.trustUntil) {
+	if t := start.Add(l.ttl - l.store.cfg.margin(l.ttl)); t.After(l.trustUntil) {
 		l.trustUntil = t
 		l.expiresAt = exp
 	}
@@ -229,22 +252,34 @@ func (l *Lease) endedErr() error {
 
 // Release gives the lease up: it clears the owner (the token stays, so the
 // next acquisition's is higher) and, if any [Store.Acquire] waits for the
-// name, wakes it through NOTIFY, in one statement. It stops the keep-alive and waits for
-// it. If the lease was not held any more (expired, taken over, broken,
-// already released) the error wraps [ErrNotHeld]. A transport error leaves
-// the lease live, so Release can be retried. ctx bounds the round trip and
-// the wait.
+// name, wakes it through NOTIFY, in one statement. It stops the keep-alive
+// and waits for it. If the lease was not held any more (expired, taken
+// over, broken, already released) the error wraps [ErrNotHeld].
+//
+// If the release may have run but no answer came (the reply was lost, ctx
+// ended while it ran), another client may already hold the name: the Lease
+// ends at once — Lost is closed and Context cancelled, with an error
+// wrapping [ErrLost] that says the outcome is unknown — and the release is
+// retried in the background until the server answers (for at most the
+// TTL, after which the row has expired anyway). An error that proves the
+// release did not run (the pool is closed, say) leaves the lease live, so
+// Release can be retried. ctx bounds the round trip and the wait.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.release(ctx); err != nil {
-		return fmt.Errorf("release lease %q: %w", l.name, err)
+		return fmt.Errorf("release lease %q: %w", short(l.name), err)
 	}
 	return nil
 }
 
 func (l *Lease) release(ctx context.Context) error {
-	if err := l.store.checkOpen(); err != nil {
+	if err := checkCtx(ctx); err != nil {
 		return err
 	}
+	s := l.store
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
 	l.mu.Lock()
 	if l.ended && l.err == ErrReleased {
 		l.mu.Unlock()
@@ -252,25 +287,30 @@ func (l *Lease) release(ctx context.Context) error {
 	}
 	l.releasing = true
 	l.mu.Unlock()
-	q := &l.store.q
-	tag, err := l.store.pool.Exec(ctx, q.releaseSQL, append(l.args(), q.channel, interestKey(q.channel, l.name))...)
-	if err != nil {
-		l.mu.Lock()
-		l.releasing = false // the lease stays live: Release may be retried
+	var n int64
+	err := retrySerialization(ctx, func() error {
+		tag, err := s.pool.Exec(ctx, s.q.releaseSQL, append(l.args(), s.q.channel, interestKey(s.q.channel, l.name))...)
+		n = tag.RowsAffected()
+		return err
+	})
+	l.mu.Lock()
+	switch {
+	case err != nil && outcome.Of(err) == outcome.Unknown:
+		err = fmt.Errorf("%w: lease %q: %w: release may have run (%w); it is retried in the background", ErrLost, short(l.name), errUnknown, err)
+		l.end(err, true)
+		s.releaseLater(l.name, l.owner, l.token, l.ttl)
+	case err != nil:
+		l.releasing = false // nothing ran: the lease stays live, Release may be retried
 		l.mu.Unlock()
 		return err
-	}
-	n := tag.RowsAffected()
-	l.mu.Lock()
-	if n == 0 {
-		if !l.end(fmt.Errorf("%w: lease %q: release: %w", ErrLost, l.name, ErrNotHeld), true) {
+	case n == 0:
+		if !l.end(fmt.Errorf("%w: lease %q: release: %w", ErrLost, short(l.name), ErrNotHeld), true) {
 			err = l.endedErr()
 		} else {
 			err = ErrNotHeld
 		}
-	} else if !l.end(ErrReleased, false) {
+	case !l.end(ErrReleased, false):
 		// Lost locally (trust deadline) but still ours on the server: freed.
-		err = nil
 	}
 	ka := l.ka
 	l.mu.Unlock()
@@ -288,15 +328,18 @@ func (l *Lease) release(ctx context.Context) error {
 // [ErrNotHeld]; held with less time left: one wrapping [ErrTimeLeft]. It
 // does not renew. ctx bounds the round trip.
 func (l *Lease) Assert(ctx context.Context, atLeast time.Duration) error {
+	if err := checkCtx(ctx); err != nil {
+		return fmt.Errorf("assert lease %q: %w", short(l.name), err)
+	}
 	if err := l.live(); err != nil {
-		return fmt.Errorf("assert lease %q: %w", l.name, err)
+		return fmt.Errorf("assert lease %q: %w", short(l.name), err)
 	}
 	var left int64
 	if err := noRows(l.store.pool.QueryRow(ctx, l.store.q.assertSQL, l.args()...).Scan(&left)); err != nil {
-		return fmt.Errorf("assert lease %q: %w", l.name, err)
+		return fmt.Errorf("assert lease %q: %w", short(l.name), err)
 	}
 	if d := time.Duration(left) * time.Microsecond; d < atLeast {
-		return fmt.Errorf("assert lease %q: %w: %v left, want at least %v", l.name, ErrTimeLeft, d, atLeast)
+		return fmt.Errorf("assert lease %q: %w: %v left, want at least %v", short(l.name), ErrTimeLeft, d, atLeast)
 	}
 	return nil
 }
@@ -307,15 +350,23 @@ func (l *Lease) Assert(ctx context.Context, atLeast time.Duration) error {
 // renewal by another owner or [Store.Break] can commit before then, so
 // writes made in tx commit only while the lease is really held. Not held:
 // an error wrapping [ErrNotHeld]; roll tx back. A Guard also blocks this
-// lease's own renewals until tx ends: keep guarded transactions short
-// beside the TTL. ctx bounds the statement.
+// lease's own renewals until tx ends: a guarded transaction is safe for up
+// to TTL × (1 − RenewFraction) − SafetyMargin (0.57 × TTL by default; see
+// the package doc, Fencing). A nil ctx or tx is an error. ctx bounds the
+// statement.
 func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
+	if err := checkCtx(ctx); err != nil {
+		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
+	}
+	if tx == nil {
+		return fmt.Errorf("guard lease %q: nil transaction", short(l.name))
+	}
 	if err := l.live(); err != nil {
-		return fmt.Errorf("guard lease %q: %w", l.name, err)
+		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	var exp time.Time
 	if err := noRows(tx.QueryRow(ctx, l.store.q.guardSQL, l.args()...).Scan(&exp)); err != nil {
-		return fmt.Errorf("guard lease %q: %w", l.name, err)
+		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -9,8 +11,10 @@ import (
 )
 
 // listener holds one connection per store that LISTENs on the store's
-// channel and wakes the waiting Acquire calls of the name each NOTIFY
-// carries.
+// channel. It wakes the waiting Acquire calls of a name whose release a
+// NOTIFY announces, and ends at once the store's leases whose loss one
+// announces (Break, takeover after expiry). It starts with the first
+// Acquire that has to wait or the first lease the store holds.
 //
 // NOTIFY is not free: a notifying commit takes a cluster-wide lock, which
 // costs release throughput when many clients commit at once. So releases
@@ -30,6 +34,7 @@ type listener struct {
 	idle    map[string]time.Time // held names without waiters, since when
 	dirty   bool                 // a reconcile is needed
 	kick    context.CancelFunc   // interrupts the current wait, if any
+	on      bool                 // the session listens (for tests)
 }
 
 // interestLinger is how long the interest in a name outlives its last
@@ -121,6 +126,43 @@ func (lis *listener) awaitReady(ctx context.Context, w *waiter) {
 	case <-t.C:
 	case <-ctx.Done():
 	case <-lis.s.ctx.Done():
+	}
+}
+
+// hear starts the listener, if it is not running, so that the store hears
+// of the loss of its leases. Errors are ignored: without the listener a
+// loss is noticed by the keep-alive's check or the trust deadline.
+func (s *Store) hear() { _, _ = s.listener() }
+
+// notified handles one notification's payload (see queries): "r" + name,
+// a release; "l" + token + ":" + name, the end of every acquisition of
+// name with a token up to token. Other payloads are ignored.
+func (lis *listener) notified(payload string) {
+	switch {
+	case strings.HasPrefix(payload, "r"):
+		lis.wake(payload[1:])
+	case strings.HasPrefix(payload, "l"):
+		tok, name, ok := strings.Cut(payload[1:], ":")
+		token, err := strconv.ParseInt(tok, 10, 64)
+		if ok && err == nil {
+			lis.s.lostUpTo(name, token)
+		}
+	}
+}
+
+// lostUpTo ends every live lease of name with a token up to token: the
+// server announced that another acquisition, or a Break, superseded them.
+func (s *Store) lostUpTo(name string, token int64) {
+	var over []*Lease
+	s.mu.Lock()
+	for l := range s.leases {
+		if l.name == name && l.token <= token {
+			over = append(over, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range over {
+		l.lose("broken or taken over (announced)")
 	}
 }
 

@@ -36,6 +36,7 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 	}
 	defer func() {
 		lis.mu.Lock()
+		lis.on = false
 		clear(lis.held) // the session's locks die with it
 		clear(lis.idle)
 		lis.mu.Unlock()
@@ -48,7 +49,7 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 		return false
 	}
 	lis.mu.Lock()
-	lis.dirty = true
+	lis.dirty, lis.on = true, true
 	lis.mu.Unlock()
 	var next time.Duration // until the next reconcile is due; 0: none
 	for {
@@ -61,9 +62,14 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 			}
 			continue
 		}
-		wctx, kick := context.WithCancel(ctx)
+		var (
+			wctx context.Context
+			kick context.CancelFunc
+		)
 		if next > 0 {
 			wctx, kick = context.WithTimeout(ctx, next)
+		} else {
+			wctx, kick = context.WithCancel(ctx)
 		}
 		lis.kick = kick
 		lis.mu.Unlock()
@@ -79,7 +85,7 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 		kick()
 		switch {
 		case n != nil:
-			lis.wake(n.Payload)
+			lis.notified(n.Payload)
 		case ctx.Err() != nil || conn.IsClosed():
 			return true
 		case wctx.Err() == nil && err != nil:

@@ -116,13 +116,16 @@ type recorder struct {
 func (r *recorder) install(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = r }
 
 func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(data.SQL, "with cur as") {
+	if isAcquire(data.SQL) {
 		r.mu.Lock()
 		r.sql, r.args = data.SQL, data.Args
 		r.mu.Unlock()
 	}
 	return ctx
 }
+
+// isAcquire reports whether sql is the store's acquire statement.
+func isAcquire(sql string) bool { return strings.Contains(sql, "cur as (") }
 
 func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 

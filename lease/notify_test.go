@@ -52,8 +52,8 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); got != "busy" {
-		t.Fatalf("notification %q, want busy", got)
+	if got := next(); got != "rbusy" {
+		t.Fatalf("notification %q, want rbusy (released: busy)", got)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)

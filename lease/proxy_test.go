@@ -10,19 +10,21 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/lease"
+	"github.com/pglocks/pglocks/pgtest"
 )
 
 // proxied returns a store whose pool reaches the test database through a
-// fault-injecting proxy, and the proxy.
-func proxied(t *testing.T, b bundle) (*lease.Store, interface {
-	Blackhole()
-	Pass()
-}) {
+// fault-injecting proxy, and the proxy. Each configure function may change
+// the pool's config first.
+func proxied(t *testing.T, b bundle, configure ...func(*pgxpool.Config)) (*lease.Store, *pgtest.Proxy) {
 	t.Helper()
 	p, dsn := b.db.Proxy(t)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range configure {
+		f(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -115,7 +117,7 @@ type sendTimes struct {
 }
 
 func (s *sendTimes) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if len(data.SQL) > 11 && data.SQL[:11] == "with cur as" {
+	if isAcquire(data.SQL) {
 		s.mu.Lock()
 		s.at = time.Now()
 		s.mu.Unlock()

@@ -12,14 +12,26 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// queries holds the store's SQL, with the table name filled in. Every
-// expiry test uses the server clock: now() in the store's own single-
-// statement transactions, clock_timestamp() in Guard, which runs inside the
-// caller's transaction where now() may be long past.
+// queries holds the store's SQL, with the table name filled in.
+//
+// Every expiry is judged, and every new expiry computed, with the server's
+// clock_timestamp() at the moment the row is tested or changed — not the
+// transaction's start (now()), which can be long past when a statement
+// waited for a row lock (behind a Guard, say): a lease acquired or renewed
+// after such a wait gets its whole TTL. Statements that change ownership
+// or expiry also return how long after the server received them the new
+// expiry was computed (the lag), so that the local trust window starts
+// then too (see trustStart).
+//
+// Every statement that changes ownership or expiry sets synchronous_commit
+// to on (unless the session asks for a remote level already) for its own
+// transaction, with set_config(…, true): its commit is flushed to the WAL
+// before the reply, whatever the pool's sessions run with, so a crash
+// cannot hand out a token twice (TestTokensSurviveCrash).
 type queries struct {
 	channel                              string
 	acquireSQL, renewSQL, releaseSQL     string
-	releaseOwnerSQL                      string
+	cleanupSQL                           string
 	assertSQL, guardSQL, resumeSQL       string
 	getSQL, listSQL, isHeldSQL, breakSQL string
 }
@@ -31,72 +43,107 @@ func micros(expr string) string {
 
 const infoColumns = `name, owner, token, ttl_us, acquired_at, renewed_at, expires_at, held, left_us, hostname, pid, metadata`
 
+// durable is a CTE that makes its statement's commit synchronous; the
+// statement must reference it (exists (select from durable)) so that it
+// runs.
+const durable = `durable as (
+	select set_config('synchronous_commit', case when current_setting('synchronous_commit') in ('off', 'local')
+		then 'on' else current_setting('synchronous_commit') end, true)
+)`
+
+// Payloads on the store's channel: "r" + name when a name is released (for
+// waiters), "l" + token + ":" + name when every acquisition of name with a
+// token up to token is over (Break, takeover after expiry; for holders).
+const (
+	releasedPayload = "'r' || name"
+	lostPayload     = "'l' || (token - 1) || ':' || name"
+)
+
 func newQueries(cfg Config) queries {
 	t := pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize()
-	r := strings.NewReplacer("{T}", t, "{TTL}", micros("ttl"), "{LEFT}", micros("greatest(expires_at - now(), interval '0')"))
+	r := strings.NewReplacer("{T}", t, "{TTL}", micros("ttl"),
+		"{LEFT}", micros("greatest(expires_at - clock_timestamp(), interval '0')"),
+		"{LAG}", micros("expires_at - ttl - statement_timestamp()"),
+		"{DURABLE}", durable)
 	q := queries{channel: cfg.Channel}
-	// acquire: a conditional UPDATE for a free, released or expired row; an
-	// INSERT for a name never seen; else the holder, from the snapshot. A
-	// failed try updates nothing, inserts nothing and locks nothing. The
-	// UPDATE re-checks its condition on the newest row version (READ
-	// COMMITTED), so two racing tries cannot both win; the INSERT's ON
-	// CONFLICT DO NOTHING settles two first-ever tries.
-	q.acquireSQL = r.Replace(`with cur as (
-	select owner, token, expires_at from {T} where name = $1::text
-), upd as (
-	update {T} as l set owner = $2::uuid, token = l.token + 1, ttl = $3::bigint * interval '1 microsecond',
-		acquired_at = now(), renewed_at = now(), expires_at = now() + $3::bigint * interval '1 microsecond',
-		hostname = $4::text, pid = $5::int, metadata = $6::jsonb
-	where l.name = $1::text and (l.owner is null or l.expires_at <= now())
-	returning l.token, l.expires_at
-), ins as (
-	insert into {T} (name, owner, token, ttl, acquired_at, renewed_at, expires_at, hostname, pid, metadata)
-	select $1::text, $2::uuid, 1, $3::bigint * interval '1 microsecond', now(), now(),
-		now() + $3::bigint * interval '1 microsecond', $4::text, $5::int, $6::jsonb
-	where not exists (select from cur)
-	on conflict (name) do nothing
-	returning token, expires_at
-)
-select true, null::uuid, token, expires_at, 0::bigint from upd
-union all
-select true, null::uuid, token, expires_at, 0::bigint from ins
-union all
-select false, owner, token, expires_at, {LEFT} from cur
-where owner is not null and expires_at > now()`)
-	q.renewSQL = r.Replace(`update {T} set renewed_at = now(), expires_at = now() + ttl
-where name = $1 and owner = $2 and token = $3 and expires_at > now()
-returning expires_at`)
-	// release, releaseOwner and break notify waiters from RETURNING — so
-	// only when a row changed, in the same statement — and only when some
-	// listener has an interest in the name (see listener).
+	q.acquireSQL = r.Replace(acquireSQL)
+	q.renewSQL = r.Replace(`with {DURABLE}
+update {T} set renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp() and exists (select from durable)
+returning expires_at, {LAG}`)
+	// release, cleanup and break notify waiters from RETURNING — so only
+	// when a row changed, in the same statement — and only when some
+	// listener has an interest in the name (see listener). Break also
+	// tells the holder, always.
 	notify := func(channel, key string) string {
-		return "case when pg_try_advisory_xact_lock(" + key + ") then null else pg_notify(" + channel + ", name) end"
+		return "case when pg_try_advisory_xact_lock(" + key + ") then null else pg_notify(" + channel + ", " + releasedPayload + ") end"
 	}
-	q.releaseSQL = r.Replace(`update {T} set owner = null, expires_at = now()
-where name = $1 and owner = $2 and token = $3 and expires_at > now()
+	q.releaseSQL = r.Replace(`with {DURABLE}
+update {T} set owner = null, expires_at = clock_timestamp()
+where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp() and exists (select from durable)
 returning ` + notify("$4", "$5::bigint"))
-	q.releaseOwnerSQL = r.Replace(`update {T} set owner = null, expires_at = now()
-where name = $1 and owner = $2 and expires_at > now()
+	// cleanup frees the acquisition an ambiguous acquire attempt may have
+	// made, by the attempt's own id: it cannot touch any other.
+	q.cleanupSQL = r.Replace(`with {DURABLE}
+update {T} set owner = null, expires_at = clock_timestamp()
+where name = $1 and attempt = $2 and owner is not null and expires_at > clock_timestamp() and exists (select from durable)
 returning ` + notify("$3", "$4::bigint"))
 	q.assertSQL = r.Replace(`select {LEFT} from {T}
-where name = $1 and owner = $2 and token = $3 and expires_at > now()`)
+where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp()`)
 	q.guardSQL = r.Replace(`select expires_at from {T}
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp()
 for share`)
-	q.resumeSQL = r.Replace(`update {T} set renewed_at = now(), expires_at = now() + ttl
-where name = $1 and owner = $2 and token = $3 and expires_at > now()
-returning expires_at, {TTL}`)
+	q.resumeSQL = r.Replace(`with {DURABLE}
+update {T} set renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp() and exists (select from durable)
+returning expires_at, {TTL}, {LAG}`)
 	info := `select ` + infoColumns + ` from (select name, owner, token, {TTL} as ttl_us, acquired_at, renewed_at,
-	expires_at, owner is not null and expires_at > now() as held, {LEFT} as left_us, hostname, pid, metadata
+	expires_at, owner is not null and expires_at > now() as held, ` + micros("greatest(expires_at - now(), interval '0')") + ` as left_us, hostname, pid, metadata
 	from {T}) i `
 	q.getSQL = r.Replace(info + `where name = $1`)
 	q.listSQL = r.Replace(info + `where held order by name`)
 	q.isHeldSQL = r.Replace(`select exists (select from {T} where name = $1 and owner is not null and expires_at > now())`)
-	q.breakSQL = r.Replace(`update {T} set owner = null, token = token + 1, expires_at = least(expires_at, now())
-where name = $1
-returning token, ` + notify("$2", "$3::bigint"))
+	q.breakSQL = r.Replace(`with {DURABLE}
+update {T} set owner = null, token = token + 1, expires_at = least(expires_at, clock_timestamp())
+where name = $1 and exists (select from durable)
+returning token, ` + notify("$2", "$3::bigint") + `, pg_notify($2, ` + lostPayload + `)`)
 	return q
 }
+
+// acquireSQL: a conditional UPDATE for a free, released or expired row; an
+// INSERT for a name never seen; else the holder, from the snapshot. A
+// failed try updates nothing, inserts nothing and locks nothing. The
+// UPDATE re-checks its condition on the newest row version (READ
+// COMMITTED), so two racing tries cannot both win; the INSERT's ON
+// CONFLICT DO NOTHING settles two first-ever tries. The row records the
+// attempt's id ($7), by which an attempt whose outcome is unknown is
+// cleaned up. A takeover of an expired row tells its old holder (lost).
+const acquireSQL = `with {DURABLE}, cur as (
+	select owner, token, expires_at from {T} where name = $1::text
+), upd as (
+	update {T} as l set owner = $2::uuid, attempt = $7::uuid, token = l.token + 1, ttl = $3::bigint * interval '1 microsecond',
+		acquired_at = clock_timestamp(), renewed_at = clock_timestamp(),
+		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
+		hostname = $4::text, pid = $5::int, metadata = $6::jsonb
+	where l.name = $1::text and (l.owner is null or l.expires_at <= clock_timestamp()) and exists (select from durable)
+	returning l.name, l.token, l.expires_at, l.ttl
+), ins as (
+	insert into {T} (name, owner, attempt, token, ttl, acquired_at, renewed_at, expires_at, hostname, pid, metadata)
+	select $1::text, $2::uuid, $7::uuid, 1, $3::bigint * interval '1 microsecond', clock_timestamp(), clock_timestamp(),
+		clock_timestamp() + $3::bigint * interval '1 microsecond', $4::text, $5::int, $6::jsonb
+	where not exists (select from cur) and exists (select from durable)
+	on conflict (name) do nothing
+	returning name, token, expires_at, ttl
+)
+select true, null::uuid, token, expires_at, {LAG},
+	case when exists (select from cur where owner is not null)
+	then (select 0 from pg_notify($8::text, ` + lostPayload + `)) else 0 end
+from upd
+union all
+select true, null::uuid, token, expires_at, {LAG}, 0 from ins
+union all
+select false, owner, token, expires_at, {LEFT}, 0 from cur
+where owner is not null and expires_at > clock_timestamp()`
 
 // acquireResult is one row of the acquire statement.
 type acquireResult struct {
@@ -104,10 +151,11 @@ type acquireResult struct {
 	owner          uuid.UUID
 	token          int64
 	expiresAt      time.Time
-	expiresIn      time.Duration
+	expiresIn      time.Duration // held: time left
+	lag            time.Duration // acquired: see trustStart
 }
 
-func (q queries) acquire(ctx context.Context, db querier, name string, o options, ttl time.Duration, cfg Config) (acquireResult, error) {
+func (q queries) acquire(ctx context.Context, db querier, name string, attempt uuid.UUID, o options, ttl time.Duration, cfg Config) (acquireResult, error) {
 	var host, meta any
 	if cfg.Hostname != "" {
 		host = cfg.Hostname
@@ -115,7 +163,8 @@ func (q queries) acquire(ctx context.Context, db querier, name string, o options
 	if o.metadata != nil {
 		meta = string(o.metadata)
 	}
-	rows, err := db.Query(ctx, q.acquireSQL, name, pgUUID(o.owner), ttl.Microseconds(), host, int32(cfg.PID), meta)
+	rows, err := db.Query(ctx, q.acquireSQL, name, pgUUID(o.owner), ttl.Microseconds(), host, int32(cfg.PID), meta,
+		pgUUID(attempt), q.channel)
 	if err != nil {
 		return acquireResult{}, err
 	}
@@ -127,19 +176,30 @@ func (q queries) acquire(ctx context.Context, db querier, name string, o options
 			owner pgtype.UUID
 			token int64
 			exp   time.Time
-			left  int64
+			us    int64
 		)
-		if err := rows.Scan(&ok, &owner, &token, &exp, &left); err != nil {
+		if err := rows.Scan(&ok, &owner, &token, &exp, &us, nil); err != nil {
 			return acquireResult{}, err
 		}
+		d := time.Duration(us) * time.Microsecond
 		if ok {
-			res = acquireResult{acquired: true, token: token, expiresAt: exp}
+			res = acquireResult{acquired: true, token: token, expiresAt: exp, lag: d}
 		} else if !res.acquired {
-			res = acquireResult{held: true, owner: owner.Bytes, token: token, expiresAt: exp,
-				expiresIn: time.Duration(left) * time.Microsecond}
+			res = acquireResult{held: true, owner: owner.Bytes, token: token, expiresAt: exp, expiresIn: d}
 		}
 	}
 	return res, rows.Err()
+}
+
+// trustStart is the local time from which a lease acquired or renewed by a
+// statement sent at sent (and answered by now) may be trusted: sent + the
+// lag the server reported between receiving the statement and computing
+// the new expiry (a wait for a row lock, say). The server received it after
+// sent, so this is no later than the moment its expiry counts from. The
+// lag is capped by the round trip, which contains it (a server clock step
+// cannot stretch it), and floored at zero.
+func trustStart(sent time.Time, lag time.Duration, now time.Time) time.Time {
+	return sent.Add(min(max(lag, 0), max(now.Sub(sent), 0)))
 }
 
 // querier is what the store's statements need: a pool, a connection or a

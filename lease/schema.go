@@ -17,6 +17,7 @@ import (
 //	create table if not exists "public"."pglocks_leases" (
 //		name        text        primary key check (octet_length(name) between 1 and 1024),
 //		owner       uuid,        -- null once released or broken
+//		attempt     uuid,        -- the acquire attempt that took it
 //		token       bigint      not null check (token > 0),
 //		ttl         interval    not null,
 //		acquired_at timestamptz not null,
@@ -28,7 +29,11 @@ import (
 //	) with (fillfactor = 70);
 //
 // Rows are never deleted: the token of a name survives its release, so the
-// next acquisition's token is higher. The table has no index besides its
+// next acquisition's token is higher. The attempt column identifies the
+// acquire attempt that took the row, so that an attempt whose outcome is
+// unknown can be cleaned up without touching any other acquisition; a table
+// made by an earlier version gets it from Migrate (alter table … add column,
+// which needs the table's owner). The table has no index besides its
 // primary key, so that acquire, renew and release are HOT updates.
 func SchemaSQL(cfg Config) (string, error) {
 	cfg = cfg.withDefaults()
@@ -48,6 +53,7 @@ func schemaStatements(cfg Config) []string {
 		`create table if not exists `+table+` (
 	name        text        primary key check (octet_length(name) between 1 and `+strconv.Itoa(MaxNameLen)+`),
 	owner       uuid,
+	attempt     uuid,
 	token       bigint      not null check (token > 0),
 	ttl         interval    not null,
 	acquired_at timestamptz not null,
@@ -57,6 +63,14 @@ func schemaStatements(cfg Config) []string {
 	pid         integer,
 	metadata    jsonb
 ) with (fillfactor = 70)`,
+		// A table made before the attempt column: add it, without taking
+		// the table's lock when it is there already.
+		`do $$ begin
+	if not exists (select from pg_attribute where attrelid = '`+strings.ReplaceAll(table, "'", "''")+`'::regclass
+		and attname = 'attempt' and not attisdropped) then
+		alter table `+table+` add column attempt uuid;
+	end if;
+end $$`,
 		`comment on table `+table+` is 'pglocks leases (github.com/pglocks/pglocks/lease). `+
 			`Rows are never deleted, so that fencing tokens only grow.'`,
 	)
@@ -69,6 +83,9 @@ func schemaStatements(cfg Config) []string {
 // privilege; everything else in this package needs only SELECT, INSERT and
 // UPDATE on the table. ctx bounds the whole migration.
 func (s *Store) Migrate(ctx context.Context) error {
+	if err := checkCtx(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	if err := s.checkOpen(); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}

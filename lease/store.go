@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -57,15 +58,20 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // Config returns the store's configuration, defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
 
-// Close stops every keep-alive and the release listener, wakes every
-// waiting [Store.Acquire] (which returns [ErrClosed]) and waits for the
-// store's goroutines to end. It does not release leases: their rows expire
-// at the end of their TTL, so a lease handed to another process (see
-// [Handle]) survives. Release leases first to free them at once. The
-// contexts of leases still live are cancelled with cause [ErrClosed]. Every
-// later call on the store or its leases returns ErrClosed. Close is
-// idempotent; ctx bounds the wait for the goroutines.
+// Close stops every keep-alive and the listener, wakes every waiting
+// [Store.Acquire] (which returns [ErrClosed]) and waits for the store's
+// goroutines and for the acquisitions under way: one that takes its row
+// after Close began releases it again and returns ErrClosed, so that no row
+// is left held by a caller who got an error. Close does not release live
+// leases: their rows expire at the end of their TTL, so a lease handed to
+// another process (see [Handle]) survives. Release leases first to free
+// them at once. The contexts of leases still live are cancelled with cause
+// [ErrClosed]. Every later call on the store or its leases returns
+// ErrClosed. Close is idempotent; ctx bounds the wait.
 func (s *Store) Close(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("lease: close: nil context")
+	}
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
@@ -96,6 +102,22 @@ func (s *Store) checkOpen() error {
 	return nil
 }
 
+// enter counts an operation under way that Close must wait for (one that
+// may take a row, or start background work); it fails once the store is
+// closed. Every successful enter is paired with exit. While an operation
+// is counted, it may add background goroutines to s.wg.
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.wg.Add(1)
+	return nil
+}
+
+func (s *Store) exit() { s.wg.Done() }
+
 // track registers a live lease so that Close can stop it; it fails once
 // the store is closed.
 func (s *Store) track(l *Lease) error {
@@ -125,7 +147,28 @@ func checkName(name string) error {
 	return nil
 }
 
-func (s *Store) checkTTL(ttl time.Duration) error {
+// short returns name for an error message: at most 64 bytes of it (cut at
+// a rune boundary) and an ellipsis.
+func short(name string) string {
+	if len(name) <= 64 {
+		return name
+	}
+	i := 64
+	for i > 0 && !utf8.RuneStart(name[i]) {
+		i--
+	}
+	return name[:i] + "…"
+}
+
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("lease: nil context")
+	}
+	return nil
+}
+
+func (s *Store) checkTTL(ttl time.Duration, keepAlive bool) error {
+	margin := s.cfg.margin(ttl)
 	switch {
 	case ttl <= 0:
 		return fmt.Errorf("%w: %v is not positive", ErrInvalidTTL, ttl)
@@ -133,17 +176,32 @@ func (s *Store) checkTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: %v is below the minimum of %v", ErrInvalidTTL, ttl, MinTTL)
 	case ttl > s.cfg.MaxTTL:
 		return fmt.Errorf("%w: %v is above Config.MaxTTL (%v)", ErrInvalidTTL, ttl, s.cfg.MaxTTL)
-	case ttl <= s.cfg.margin(ttl):
+	case ttl <= margin:
 		return fmt.Errorf("%w: %v is not longer than Config.SafetyMargin (%v)", ErrInvalidTTL, ttl, s.cfg.SafetyMargin)
+	case keepAlive:
+		return s.checkKeepAlive(ttl)
+	}
+	return nil
+}
+
+// checkKeepAlive checks that a kept-alive lease of this TTL is renewed
+// before its trust deadline: TTL − SafetyMargin > TTL × RenewFraction.
+func (s *Store) checkKeepAlive(ttl time.Duration) error {
+	if window, every := ttl-s.cfg.margin(ttl), s.cfg.renewInterval(ttl); window <= every {
+		return fmt.Errorf("%w: %v with keep-alive: the trust window TTL − Config.SafetyMargin (%v) is not longer than the renewal interval TTL × Config.RenewFraction (%v), so the lease would be lost before its first renewal",
+			ErrInvalidTTL, ttl, window, every)
 	}
 	return nil
 }
 
 // check validates the arguments common to TryAcquire, Acquire and Do.
-func (s *Store) check(name string, ttl time.Duration, opts []Option) (options, error) {
+func (s *Store) check(ctx context.Context, name string, ttl time.Duration, opts []Option) (options, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := checkCtx(ctx); err != nil {
+		return o, err
 	}
 	if err := s.checkOpen(); err != nil {
 		return o, err
@@ -151,11 +209,14 @@ func (s *Store) check(name string, ttl time.Duration, opts []Option) (options, e
 	if err := checkName(name); err != nil {
 		return o, err
 	}
-	if err := s.checkTTL(ttl); err != nil {
+	if err := s.checkTTL(ttl, o.keepAlive); err != nil {
 		return o, err
 	}
 	if o.metadata != nil && !jsonValid(o.metadata) {
 		return o, errors.New("lease: WithMetadata: not valid JSON")
+	}
+	if o.hasOwner && o.owner == uuid.Nil {
+		return o, errors.New("lease: WithOwner: the zero UUID is not an owner (it marks a released lease in Info)")
 	}
 	if !o.hasOwner {
 		id, err := uuid.NewRandom() // version 4, from crypto/rand
@@ -172,41 +233,19 @@ func (s *Store) check(name string, ttl time.Duration, opts []Option) (options, e
 // token of the new lease is the name's previous token + 1 (1 the first
 // time). If another owner holds it, the error is a [*HeldError] (errors.Is
 // ErrHeld) with the holder's owner, token and time left; such a failed try
-// takes no row lock and writes nothing. ctx bounds the round trip.
+// takes no row lock and writes nothing. A serialization failure (under a
+// serializable default isolation) is retried at once. If the outcome is
+// unknown (the reply was lost, ctx ended while the statement ran), the
+// error says so and the attempt is cleaned up in the background by its own
+// id, which no other acquisition shares. ctx bounds the call.
 func (s *Store) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
-	o, err := s.check(name, ttl, opts)
+	o, err := s.check(ctx, name, ttl, opts)
 	if err != nil {
-		return nil, fmt.Errorf("try acquire lease %q: %w", name, err)
+		return nil, fmt.Errorf("try acquire lease %q: %w", short(name), err)
 	}
 	l, err := s.try(ctx, name, ttl, o)
 	if err != nil {
-		return nil, fmt.Errorf("try acquire lease %q: %w", name, err)
+		return nil, fmt.Errorf("try acquire lease %q: %w", short(name), err)
 	}
 	return l, nil
-}
-
-// try runs the acquire statement. In a narrow race — the row changed
-// between the statement's snapshot and its update, so that it neither
-// acquired nor saw a holder — it runs it again with a fresh snapshot.
-func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o options) (*Lease, error) {
-	for range 100 {
-		sent := s.cfg.Now()
-		r, err := s.q.acquire(ctx, s.pool, name, o, ttl, s.cfg)
-		if err != nil {
-			if ambiguous(err) {
-				// A fresh owner matches only this attempt's row, so its
-				// cleanup may run late. A caller's owner may acquire again
-				// right after this error: clean up before returning.
-				s.cleanup(name, o.owner, ttl, o.hasOwner)
-			}
-			return nil, err
-		}
-		switch {
-		case r.acquired:
-			return s.newLease(name, o.owner, r.token, ttl, r.expiresAt, sent, o.keepAlive)
-		case r.held:
-			return nil, &HeldError{Name: name, Owner: r.owner, Token: r.token, ExpiresIn: r.expiresIn}
-		}
-	}
-	return nil, errors.New("lease: the row kept changing during 100 tries")
 }

@@ -1,0 +1,113 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/pglocks/pglocks/internal/backoff"
+	"github.com/pglocks/pglocks/internal/outcome"
+)
+
+// settleMax bounds the background work that settles an unknown outcome: a
+// row it could not free by then expires at the end of its TTL anyway.
+const settleMax = 30 * time.Second
+
+// errUnknown marks an error after which the operation may or may not have
+// run on the server.
+var errUnknown = errors.New("outcome unknown")
+
+// try runs the acquire statement once per attempt, each with a fresh
+// attempt id recorded in the row. In a narrow race — the row changed
+// between the statement's snapshot and its update, so that it neither
+// acquired nor saw a holder — or after a serialization failure, it runs it
+// again. If an attempt's outcome is unknown, the attempt is cleaned up in
+// the background by its id (see cleanup), which cannot free any other
+// acquisition, and try returns at once: ctx is honoured.
+func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o options) (*Lease, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	bo := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
+	for range 100 {
+		attempt, err := uuid.NewRandom()
+		if err != nil {
+			return nil, fmt.Errorf("lease: new attempt id: %w", err)
+		}
+		sent := s.cfg.Now()
+		r, err := s.q.acquire(ctx, s.pool, name, attempt, o, ttl, s.cfg)
+		switch {
+		case err != nil && serialization(err):
+			if werr := bo.Wait(ctx); werr != nil {
+				return nil, err
+			}
+		case err != nil:
+			if outcome.Of(err) == outcome.Unknown {
+				s.cleanup(name, attempt, ttl)
+				return nil, fmt.Errorf("%w (%w: the attempt is being cleaned up in the background)", err, errUnknown)
+			}
+			return nil, err
+		case r.acquired:
+			start := trustStart(sent, r.lag, s.cfg.Now())
+			return s.newLease(ctx, name, o.owner, r.token, ttl, r.expiresAt, start, o.keepAlive, true)
+		case r.held:
+			return nil, &HeldError{Name: name, Owner: r.owner, Token: r.token, ExpiresIn: r.expiresIn}
+		}
+	}
+	return nil, errors.New("lease: the row kept changing during 100 tries")
+}
+
+// cleanup frees, in the background, the acquisition that the attempt of
+// that id may have made. The caller must be inside enter/exit.
+func (s *Store) cleanup(name string, attempt uuid.UUID, ttl time.Duration) {
+	s.settle(ttl, func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, s.q.cleanupSQL, name, pgUUID(attempt), s.q.channel, interestKey(s.q.channel, name))
+		return err
+	})
+}
+
+// releaseLater releases (name, owner, token) in the background, after a
+// release whose outcome was unknown. The caller must be inside enter/exit.
+func (s *Store) releaseLater(name string, owner uuid.UUID, token int64, ttl time.Duration) {
+	s.settle(ttl, func(ctx context.Context) error {
+		return s.releaseRow(ctx, name, owner, token)
+	})
+}
+
+// releaseRow runs the release statement for (name, owner, token); whether
+// it changed a row does not matter to its callers, which settle an outcome.
+func (s *Store) releaseRow(ctx context.Context, name string, owner uuid.UUID, token int64) error {
+	return retrySerialization(ctx, func() error {
+		_, err := s.pool.Exec(ctx, s.q.releaseSQL, name, pgUUID(owner), token, s.q.channel, interestKey(s.q.channel, name))
+		return err
+	})
+}
+
+// settle runs stmt in a goroutine that Close waits for, again and again
+// with backoff until it gets an answer from the server (or a fatal error),
+// for at most min(ttl, settleMax): after the TTL the row has expired
+// anyway. stmt is idempotent and scoped to one exact acquisition. The
+// caller must be inside enter/exit, so that adding to s.wg is allowed.
+func (s *Store) settle(ttl time.Duration, stmt func(ctx context.Context) error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), min(ttl, settleMax))
+		defer cancel()
+		var bo backoff.Backoff
+		for {
+			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+			err := stmt(actx)
+			acancel()
+			if c := outcome.Of(err); c == outcome.OK || c == outcome.Fatal {
+				return
+			}
+			if bo.Wait(ctx) != nil {
+				return
+			}
+		}
+	}()
+}

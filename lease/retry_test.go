@@ -1,0 +1,182 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// TestCloseRacesAcquisitions (review B6): acquisitions racing Store.Close
+// either return a live *Lease (whose row Close leaves held, as documented)
+// or an error — and then hold nothing: a row they took is released before
+// they return. 40 acquisitions per round, TTL 1 h, Close after 0–3 ms.
+func TestCloseRacesAcquisitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	const rounds, callers = 10, 40
+	var got, failed, leaked int
+	for r := range rounds {
+		s, err := lease.New(b.pool, lease.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			wg     sync.WaitGroup
+			mu     sync.Mutex
+			leases = make(map[string]bool)
+		)
+		for c := range callers {
+			name := fmt.Sprintf("r%d-%d", r, c)
+			wg.Go(func() {
+				var err error
+				if c%2 == 0 {
+					_, err = s.TryAcquire(ctx, name, time.Hour)
+				} else {
+					_, err = s.Acquire(ctx, name, time.Hour)
+				}
+				mu.Lock()
+				leases[name] = err == nil
+				mu.Unlock()
+			})
+		}
+		time.Sleep(time.Duration(rand.N(3000)) * time.Microsecond) // the race itself, not synchronization
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		for name, ok := range leases {
+			held, err := b.store.IsHeld(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				got++
+			} else {
+				failed++
+			}
+			if held && !ok {
+				if leaked++; leaked <= 3 {
+					t.Errorf("%s: the caller got an error, but the row is held", name)
+				}
+			}
+		}
+	}
+	t.Logf("%d acquisitions returned a lease before Close, %d an error", got, failed)
+	if leaked > 0 {
+		t.Errorf("%d rows held by acquisitions whose caller got an error", leaked)
+	}
+}
+
+// TestSerializableDatabase (review B13): with default_transaction_isolation
+// = serializable, racing acquisitions meet serialization failures; they are
+// retried, so 8 contenders doing Acquire + Release meet no error.
+func TestSerializableDatabase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	exec(t, b.pool, "alter database "+pgx.Identifier{b.db.Name}.Sanitize()+" set default_transaction_isolation = 'serializable'")
+	pool := b.db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 10 })
+	var iso string
+	if err := pool.QueryRow(ctx, "show default_transaction_isolation").Scan(&iso); err != nil || iso != "serializable" {
+		t.Fatalf("isolation %q, %v", iso, err)
+	}
+	s := newStore(t, pool, lease.Config{})
+	var (
+		wg          sync.WaitGroup
+		pairs, errs atomic.Int64
+		firstErr    atomic.Value
+	)
+	deadline := time.Now().Add(2 * time.Second)
+	for range 8 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				l, err := s.Acquire(ctx, "hot", time.Minute)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				pairs.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d acquire+release pairs, %d errors", pairs.Load(), errs.Load())
+	if errs.Load() > 0 {
+		t.Fatalf("%d errors, e.g. %v", errs.Load(), firstErr.Load())
+	}
+}
+
+// TestAcquireClosedPool (review B15): a closed pool is fatal at once; a
+// waiting Acquire does not retry it until its ctx ends.
+func TestAcquireClosedPool(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool := b.db.NewPool(t)
+	s := newStore(t, pool, lease.Config{})
+	mustTry(t, b.store, "busy", 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctx, "busy", time.Minute)
+		errc <- err
+	}()
+	waitParked(t, s)
+	pool.Close()
+	start := time.Now()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire on a closed pool: %v, want closed pool", err)
+		}
+		t.Logf("returned %v after the pool closed: %v", time.Since(start), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire on a closed pool still retrying after 5s")
+	}
+}
+
+// TestAcquireFirstTryTransient (review "Likely" 4): a session that died
+// before Acquire's first try (here: its backend terminated while idle in
+// the pool) is retried like any later failure, not returned.
+func TestAcquireFirstTryTransient(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	pool := b.db.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns, c.MinConns = 1, 1
+		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	})
+	s := newStore(t, pool, lease.Config{})
+	for i := range 3 {
+		var pid uint32
+		if err := pool.QueryRow(ctx, "select pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.db.Server.TerminateBackend(ctx, pid); err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Acquire(ctx, "t"+strconv.Itoa(i), time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire after the session died: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
