@@ -52,16 +52,27 @@ func TestSafetyChurn(t *testing.T) {
 		proxy *pgtest.Proxy
 		dsn   string
 		id    string
+		slot  int // which settings
 	}
 	members := map[*proc]member{}
+	// Candidates with different settings, as in a rolling deploy: the
+	// advisory PingInterval and the Grace each trusts its session for.
+	settings := [][]string{
+		{"LEADER_CHILD_PING=100ms"},
+		{"LEADER_CHILD_PING=200ms"},
+		{"LEADER_CHILD_PING=400ms"}, // Grace 1.2s
+		{"LEADER_CHILD_PING=200ms", "LEADER_CHILD_GRACE=1s"},
+		{"LEADER_CHILD_PING=50ms", "LEADER_CHILD_GRACE=100ms"},
+	}
 	spawn := func(id string, m member) {
 		m.id = id
-		members[h.spawn(t, m.dsn, id, ttl, "LEADER_CHILD_FENCED=1")] = m
+		env := append([]string{"LEADER_CHILD_FENCED=1"}, settings[m.slot]...)
+		members[h.spawn(t, m.dsn, id, ttl, env...)] = m
 	}
 	start := h.mark()
 	for i := range 5 {
 		p, dsn := db.Proxy(t, pgtest.Partitionable())
-		spawn(fmt.Sprintf("c%d", i), member{proxy: p, dsn: dsn})
+		spawn(fmt.Sprintf("c%d", i), member{proxy: p, dsn: dsn, slot: i})
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	type pause struct {

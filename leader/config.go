@@ -73,11 +73,23 @@ type Config struct {
 	RetryInterval time.Duration
 
 	// Grace bounds how long a leader trusts its advisory session after the
-	// last round trip on it succeeded; a new leader whose predecessor's
-	// lease is still unexpired waits Grace after taking the advisory lock
-	// before it takes the lease over (see the package doc). It must exceed
-	// 1.5 × the Locker's PingInterval plus a round trip. Default: 3 × the
-	// Locker's PingInterval.
+	// last round trip on it succeeded; it is recorded in the lease row, and
+	// a new leader whose predecessor's lease is still unexpired waits the
+	// longer of its own Grace and the predecessor's after taking the
+	// advisory lock before it takes the lease over (see the package doc).
+	// It must exceed 1.5 × the Locker's PingInterval plus a round trip.
+	// Default: 3 × the Locker's PingInterval (600ms with the advisory
+	// default).
+	//
+	// Grace trades failover after a crash (a SIGKILLed leader is replaced
+	// after about the longer of the two candidates' Graces) against
+	// tolerance of stalls (a leader whose process cannot run for about
+	// Grace − PingInterval steps down). Measured on 2 cores: 100 healthy
+	// elections in one process, 2 minutes with 4 or 16 CPU-burning
+	// processes, under -race too: no spurious demotion with the default;
+	// SIGKILL failover p99 0.75s (1.24s with 4 burners), and 1.05s with
+	// Grace 1s. Raise it where processes stall longer — long GC pauses,
+	// CPU quotas (cgroup throttling), overcommitted VMs.
 	Grace time.Duration
 
 	// NoTerminate keeps a candidate from terminating the server session of
@@ -85,7 +97,8 @@ type Config struct {
 	// holds the advisory lock (a partitioned leader the server has not
 	// dropped yet). Then the election waits for the server to drop that
 	// session. Default: terminate it (pg_terminate_backend, which needs the
-	// same role or pg_signal_backend).
+	// same role or pg_signal_backend) — but never a session that holds any
+	// other advisory lock (see the package doc).
 	NoTerminate bool
 
 	// Channel is the LISTEN/NOTIFY channel on which leadership changes are
@@ -93,7 +106,10 @@ type Config struct {
 	// Default: "pglocks_leader".
 	Channel string
 
-	// Logger receives the elector's events. Default: discard.
+	// Logger receives the elector's events: Info for elections and
+	// demotions, Warn for retried failures, Error for a campaign that
+	// cannot succeed (which Run also returns). Default: discard; see
+	// [Elector.State] for the same facts without a logger.
 	Logger *slog.Logger
 
 	// OnElected is called when this candidate becomes leader, OnDemoted

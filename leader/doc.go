@@ -19,9 +19,9 @@
 //	│          ▲  every RetryInterval: read the lease row;         │
 //	│          │  OnNewLeader; terminate a stale leader's session  │
 //	│          │                                                   │ session died, lease lost,
-//	│    ┌───────────┐  work cancelled and returned; lease         │ trust deadline passed,
-//	└────│ stepping  │◀─ released, lock unlocked; OnDemoted ───────┘ Resign, work returned,
-//	     │   down    │                                               Run's ctx ended
+//	│    ┌───────────┐  work cancelled; lease released, lock      │ trust deadline passed,
+//	└────│ stepping  │◀─ unlocked (at once when lost, else once ───┘ Resign, work returned,
+//	     │   down    │   the work returned); OnDemoted               Run's ctx ended, Close
 //	     └───────────┘  (after Resign or work returned: sit out RetryInterval)
 //
 // # Campaign
@@ -31,16 +31,34 @@
 // is picked up by the advisory package's short backoff. Holding the lock, it
 // acquires the lease "pglocks.leader:" + name. If the previous leader still
 // holds the lease — it crashed, or its session was terminated — the
-// candidate waits until Grace has passed since it took the lock (a release
-// ends the wait at once), then breaks the lease and takes it over.
+// candidate waits until the holder's horizon has passed since it took the
+// lock (a release ends the wait at once), then breaks the lease and takes
+// it over.
 //
-// That is safe because a leader trusts its advisory session only until Grace
-// after the send time of the last round trip that succeeded on it, and its
-// lease only until the send time of its last successful renewal + TTL −
-// margin, both on the monotonic clock: once either deadline passes, the
-// leader's work context is cancelled and it steps down. A session that
-// answered at time s held the lock at s; the lock was freed later, so the
-// new candidate took it after s and waits until after s + Grace.
+// # Why that is safe: the holder's horizon
+//
+// A leader trusts its advisory session only until its Grace after the send
+// time of the last round trip that succeeded on it, and its lease only
+// until the send time of its last successful renewal + TTL − margin, both
+// on the monotonic clock: once either deadline passes, the leader's work
+// context is cancelled and it steps down. A session that answered at time s
+// held the lock at s; the lock was freed later, so the new candidate took
+// it after s. The holder stops trusting at s + its Grace; so the taker
+// waits, after taking the lock, for the holder's Grace — not its own.
+//
+// Candidates need not share settings (a rolling deploy changes them): every
+// leader records its own horizon in the lease row's metadata as it uses it
+// — Grace, the Locker's PingInterval, TTL and the Store's safety margin —
+// and a taker waits max(its own Grace, the Grace recorded by the holder).
+// Only Grace enters the wait: the ping interval is inside it (Grace must
+// exceed 1.5 × PingInterval), and the lease's TTL and margin are honoured
+// by the server, which does not let the lease go before its expiry. A
+// holder that recorded no horizon (an older version) is waited for until
+// its lease expires or is released.
+//
+// Every comparison of a deadline is made on the clock that produced it:
+// lease deadlines on the Store's Config.Now, session deadlines on time.Now;
+// [Term.TrustedUntil] carries the lease's over to time.Now, rounding early.
 //
 // # A partitioned leader
 //
@@ -53,11 +71,50 @@
 // not (other settings, a middlebox), the candidates see the lease expire by
 // the server clock while that session still holds the lock: the lease row
 // records the leader's session pid, and a candidate terminates exactly that
-// session (pg_terminate_backend; Config.NoTerminate turns this off). So the
-// election makes progress within TTL + RetryInterval of the leader's last
-// renewal, given the privilege to terminate — the same role, or membership
-// in pg_signal_backend — and otherwise as soon as the server drops the
-// session.
+// session (pg_terminate_backend; Config.NoTerminate turns this off) — in one
+// statement, and only if at that moment the row still shows the same owner
+// and term, expired, that backend holds this election's lock, and it holds
+// no other advisory lock. A session shared with other elections or with the
+// application's locks is never terminated: then the election waits for the
+// server to drop it. So give an election that must fail over fast after a
+// partition a Locker of its own (the default when Config.Locker is nil).
+// With termination, the election makes progress within TTL + RetryInterval
+// of the leader's last renewal, given the privilege to terminate — the same
+// role, or membership in pg_signal_backend — and otherwise as soon as the
+// server drops the session.
+//
+// # Stepping down
+//
+// A leader whose term is lost — its session died, its lease was broken or
+// taken over, its trust deadline passed — steps down at once: it releases
+// the lease and unlocks the campaign lock even while its work function,
+// told by its context, has not returned yet, so a misbehaving work function
+// does not hold up the failover. Run waits for the work to return before it
+// campaigns again. A term that ends otherwise (Resign, Run's ctx, Close)
+// lets the work return first and then steps down. A term whose lock or
+// lease is already known lost, or whose trust deadline passed while the
+// process was stalled, does not start its work.
+//
+// # Unknown outcomes
+//
+// A statement whose reply never came may have run. For an election that is
+// harmless in every case, because a leader's trust never rests on a reply
+// it did not get: a renewal with an unknown outcome extends nothing locally
+// (the trust deadline moves only on a renewal answered); a step-down's
+// release or unlock with an unknown outcome comes after the work was
+// cancelled, and at worst the lease expires at TTL or the lock goes with its
+// session; an acquisition with an unknown outcome is settled by the lease
+// package, and a term begins only on an answered one; a terminate with an
+// unknown outcome ended, at most, a stale session the conditions allowed.
+//
+// # Errors and health
+//
+// A campaign that cannot succeed — the lease table is missing, a privilege
+// or the password is wrong, the server is read-only — makes [Elector.Run]
+// return the cause at once; other failures are retried with capped,
+// jittered backoff and logged at Warn. [Elector.State] reports whether the
+// candidate runs and leads, until when its term is trusted, and the last
+// error and when, for health checks.
 //
 // # Fencing
 //
@@ -85,12 +142,18 @@
 //
 //   - At most one candidate trusts a term at any instant, provided the
 //     candidates' monotonic clocks run at about the server's rate (the lease
-//     safety margin absorbs modest drift). Terms strictly increase, across
-//     crashes, takeovers and server restarts.
-//   - A crashed or killed leader is replaced within about Grace (default
-//     three advisory ping intervals, 600ms) plus a few round trips; a
-//     terminated session likewise; a resigning leader within a few round
+//     safety margin absorbs modest drift), whatever Grace, PingInterval and
+//     TTL each candidate uses. Terms strictly increase, across crashes,
+//     takeovers and server restarts (as durable as the lease table's
+//     commits).
+//   - A crashed or killed leader is replaced within about the longer of its
+//     Grace and the taker's (default three advisory ping intervals) plus a
+//     few round trips; a terminated session likewise, or sooner when the
+//     leader notices and releases; a resigning leader within a few round
 //     trips; a partitioned leader within TTL + RetryInterval (see above).
+//   - A work function that ignores its context keeps running after its term
+//     ended: the election moves on without it, but nothing stops its
+//     unfenced side effects.
 //   - A paused process — a long GC pause, SIGSTOP, a frozen VM — cannot be
 //     stopped from acting when it resumes, before its own timers run. Only
 //     fencing stops its writes: guard them with the term. Unfenced side

@@ -10,6 +10,8 @@ import (
 
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/backoff"
+	"github.com/pglocks/pglocks/internal/outcome"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -42,10 +44,18 @@ type Elector struct {
 	ownLocker bool
 	ownStore  bool
 
+	storeNow func() time.Time // the Store's clock
+	margin   time.Duration    // the Store's safety margin for our TTL
+	life     context.Context  // cancelled by Close
+	kill     context.CancelCauseFunc
+
 	mu      sync.Mutex
 	running bool
+	runExit chan struct{} // closed when the current Run returns
 	closed  bool
 	current *tenure
+	lastErr error
+	errAt   time.Time
 }
 
 // tenure is a term being led: the two things held, and the ways to end it.
@@ -94,6 +104,15 @@ func New(cfg Config) (*Elector, error) {
 	e.cfg = cfg
 	e.key = pglocks.KeyOf(leaseName(cfg.Name))
 	e.leaseName = leaseName(cfg.Name)
+	sc := cfg.Store.Config()
+	e.storeNow, e.margin = sc.Now, sc.SafetyMargin
+	if e.storeNow == nil {
+		e.storeNow = time.Now
+	}
+	if e.margin == 0 {
+		e.margin = cfg.TTL / 10
+	}
+	e.life, e.kill = context.WithCancelCause(context.Background())
 	return e, nil
 }
 
@@ -103,9 +122,12 @@ func (e *Elector) Config() Config { return e.cfg }
 // Key returns the advisory-lock key the campaign takes.
 func (e *Elector) Key() pglocks.Key { return e.key }
 
-// Close closes the Locker and Store the elector made itself (none, if the
-// Config supplied both). Call it after Run has returned. It is idempotent;
-// ctx bounds releasing the Locker's locks.
+// Close ends the elector: a Run under way stops as if its ctx had ended —
+// the leader's work is cancelled and, once it has returned, the leader
+// steps down — and returns an error wrapping [ErrClosed]; Close waits for
+// that, then closes the Locker and Store the elector made itself (none, if
+// the Config supplied both). It is idempotent; ctx bounds the wait for Run
+// and releasing the Locker's locks.
 func (e *Elector) Close(ctx context.Context) error {
 	e.mu.Lock()
 	if e.closed {
@@ -113,7 +135,16 @@ func (e *Elector) Close(ctx context.Context) error {
 		return nil
 	}
 	e.closed = true
+	exit := e.runExit
 	e.mu.Unlock()
+	e.kill(ErrClosed)
+	if exit != nil {
+		select {
+		case <-exit:
+		case <-ctx.Done():
+			return fmt.Errorf("leader: close %q: Run did not return: %w", e.cfg.Name, context.Cause(ctx))
+		}
+	}
 	return e.closeOwned(ctx, e.cfg)
 }
 
@@ -138,12 +169,14 @@ func (e *Elector) Current() (Term, bool) {
 	return e.current.term, true
 }
 
-// Resign steps down if this candidate leads: the leader's work sees its
-// context cancelled with [ErrResigned], and once it has returned the lease
-// is released and the advisory lock unlocked, so that another candidate
-// takes over at once. The resigned candidate sits out RetryInterval before
-// campaigning again. Resign returns when the step-down is complete or ctx
-// ends; it returns nil at once when this candidate does not lead.
+// Resign steps down if this candidate leads, or has just been elected and
+// is about to start its work (then the work is not started): the leader's
+// work sees its context cancelled with [ErrResigned], and once it has
+// returned the lease is released and the advisory lock unlocked, so that
+// another candidate takes over at once. The resigned candidate sits out
+// RetryInterval before campaigning again. Resign returns when the step-down
+// is complete or ctx ends; it returns nil at once when this candidate does
+// not lead.
 func (e *Elector) Resign(ctx context.Context) error {
 	e.mu.Lock()
 	t := e.current
@@ -167,32 +200,37 @@ func (e *Elector) Resign(ctx context.Context) error {
 //
 // When ctx ends, a leader's work is cancelled ([ErrStopped]) and, once it
 // has returned, the leader resigns with a fresh context bounded by
-// RetryInterval + 5s, and Run returns nil. Run returns an error only when it
-// cannot run: lead is nil, the elector is closed, or another Run is under
-// way ([ErrRunning]).
+// RetryInterval + 5s, and Run returns nil. When leadership is lost instead,
+// the elector steps down at once — releases its lease and unlocks — and
+// then waits for lead to return before it campaigns again.
+//
+// A campaign that fails for a reason retrying cannot fix — the lease table
+// is missing, a privilege or the password is wrong, the server is read-only
+// (see package internal/outcome) — makes Run return that error at once.
+// Other failures (the server restarting, a network error) are retried with
+// capped, jittered backoff, logged at Warn and reported by [Elector.State].
+// Run also returns an error when lead is nil, when the elector is closed
+// ([ErrClosed], also when Close is called during Run), or when another Run
+// is under way ([ErrRunning]).
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term Term) error) error {
 	if lead == nil {
 		return errors.New("leader: Run: lead is nil")
 	}
-	e.mu.Lock()
-	switch {
-	case e.closed:
-		e.mu.Unlock()
-		return ErrClosed
-	case e.running:
-		e.mu.Unlock()
-		return ErrRunning
+	if ctx == nil {
+		return errors.New("leader: Run: nil context")
 	}
-	e.running = true
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		e.running = false
-		e.mu.Unlock()
-	}()
+	exit, err := e.enter()
+	if err != nil {
+		return err
+	}
+	defer e.exit(exit)
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(e.life, func() { stop(context.Cause(e.life)) })()
 
 	hooks := newDispatcher()
 	defer hooks.close()
+	bo := backoff.Backoff{Min: min(100*time.Millisecond, e.cfg.RetryInterval), Max: 2 * e.cfg.RetryInterval}
 	var sitOut time.Duration
 	for ctx.Err() == nil {
 		if sitOut > 0 && !sleep(ctx, sitOut) {
@@ -200,19 +238,61 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term T
 		}
 		t, err := e.campaign(ctx, hooks)
 		if err != nil {
-			if ctx.Err() == nil {
-				e.cfg.Logger.Warn("leader: campaign failed", "election", e.cfg.Name, "err", err)
-				sitOut = e.jitter(e.cfg.RetryInterval)
+			if ctx.Err() != nil {
+				break
 			}
+			e.setErr(err)
+			if fatal(err) {
+				e.cfg.Logger.Error("leader: campaign cannot succeed", "election", e.cfg.Name, "err", err)
+				return fmt.Errorf("leader: election %q: %w", e.cfg.Name, err)
+			}
+			sitOut = bo.Next()
+			e.cfg.Logger.Warn("leader: campaign failed; retrying", "election", e.cfg.Name, "err", err, "retry_in", sitOut)
 			continue
 		}
+		bo.Reset()
 		reason := e.lead(ctx, t, lead, hooks)
 		sitOut = 0
 		if errors.Is(reason, ErrResigned) || errors.Is(reason, ErrWorkDone) {
 			sitOut = e.jitter(e.cfg.RetryInterval)
 		}
 	}
+	if e.life.Err() != nil {
+		return fmt.Errorf("%w during Run of election %q", ErrClosed, e.cfg.Name)
+	}
 	return nil
+}
+
+// enter marks Run as under way.
+func (e *Elector) enter() (chan struct{}, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closed:
+		return nil, ErrClosed
+	case e.running:
+		return nil, ErrRunning
+	}
+	e.running = true
+	e.runExit = make(chan struct{})
+	return e.runExit, nil
+}
+
+func (e *Elector) exit(ch chan struct{}) {
+	e.mu.Lock()
+	e.running = false
+	e.runExit = nil
+	e.mu.Unlock()
+	close(ch)
+}
+
+// fatal reports whether a campaign error cannot be cured by retrying.
+func fatal(err error) bool {
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, advisory.ErrClosed), errors.Is(err, lease.ErrClosed):
+		return true
+	}
+	return outcome.Of(err) == outcome.Fatal
 }
 
 // jitter returns d ± 20%.

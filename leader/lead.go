@@ -10,11 +10,11 @@ import (
 )
 
 // lead runs one term: the work, the renewals, and the watch for its end.
-// It returns the reason the term ended, after stepping down.
+// It returns the reason the term ended, after stepping down and after the
+// work returned. A term that is lost steps down at once, before the work
+// has returned; a term that ends otherwise (Resign, Run's ctx) lets the
+// work finish under it first.
 func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context, Term) error, hooks *dispatcher) error {
-	e.mu.Lock()
-	e.current = t
-	e.mu.Unlock()
 	e.cfg.Logger.Info("leader: elected", "election", e.cfg.Name, "identity", e.cfg.Identity, "term", t.term.Number)
 	if e.cfg.OnElected != nil {
 		term := t.term
@@ -29,27 +29,23 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 	// Cancelled only here, always with the reason (ErrStopped when ctx ends).
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	workDone := make(chan error, 1)
-	if time.Now().Before(t.term.TrustedUntil()) {
-		go func() { workDone <- work(workCtx, t.term) }()
-	} else {
-		// Elected, but stalled past the trust deadline already (a starved
-		// process): step down without starting the work.
-		workDone <- nil
-	}
 	renewCtx, stopRenew := context.WithCancel(context.Background())
 	renewDone := make(chan struct{})
 	go func() { defer close(renewDone); e.renew(renewCtx, t) }()
 
-	reason, workErr, returned := e.watch(ctx, t, workDone)
+	reason, workErr, returned := e.preflight(ctx, t), error(nil), true
+	if reason == nil {
+		go func() { workDone <- work(workCtx, t.term) }()
+		reason, workErr, returned = e.watch(ctx, t, workDone)
+	}
 	cancelWork(reason)
-	if !returned {
-		workErr = <-workDone
+	if !returned && !errors.Is(reason, ErrLost) {
+		// Resigning or stopping: the term is still ours until the work
+		// returns, unless it is lost meanwhile.
+		workErr, returned = e.drain(t, workDone)
 	}
 	stopRenew()
 	<-renewDone
-	if workErr != nil && !errors.Is(workErr, context.Canceled) && !errors.Is(workErr, reason) {
-		e.cfg.Logger.Warn("leader: work returned an error", "election", e.cfg.Name, "term", t.term.Number, "err", workErr)
-	}
 	e.stepDown(t)
 	e.mu.Lock()
 	e.current = nil
@@ -60,7 +56,60 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 		term := t.term
 		hooks.do(func() { e.cfg.OnDemoted(term, reason) })
 	}
+	if !returned {
+		e.cfg.Logger.Warn("leader: stepped down; waiting for the work to return before campaigning again",
+			"election", e.cfg.Name, "term", t.term.Number)
+		workErr = <-workDone
+	}
+	if workErr != nil && !errors.Is(workErr, context.Canceled) && !errors.Is(workErr, reason) {
+		e.cfg.Logger.Warn("leader: work returned an error", "election", e.cfg.Name, "term", t.term.Number, "err", workErr)
+	}
 	return reason
+}
+
+// preflight returns why a term just won must not start its work, or nil:
+// Run's ctx ended, it was resigned, its advisory lock or lease is already
+// known lost, or its trust deadline passed while the process was stalled.
+func (e *Elector) preflight(ctx context.Context, t *tenure) error {
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrStopped, context.Cause(ctx))
+	case <-t.resign:
+		return ErrResigned
+	default:
+	}
+	switch {
+	case t.lock.Err() != nil:
+		return fmt.Errorf("%w: advisory session ended: %w", ErrLost, t.lock.Err())
+	case t.lease.Err() != nil:
+		return fmt.Errorf("%w: %w", ErrLost, t.lease.Err())
+	case !time.Now().Before(t.term.TrustedUntil()):
+		return fmt.Errorf("%w: trust deadline passed before the work started (a stalled process)", ErrLost)
+	}
+	return nil
+}
+
+// drain waits for the work to return while the term is still held; it
+// gives up, so that the caller steps down at once, when the term is lost.
+func (e *Elector) drain(t *tenure, workDone <-chan error) (workErr error, returned bool) {
+	timer := time.NewTimer(time.Until(t.term.TrustedUntil()))
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-workDone:
+			return err, true
+		case <-t.lock.Lost():
+			return nil, false
+		case <-t.lease.Context().Done():
+			return nil, false
+		case <-timer.C:
+			left := time.Until(t.term.TrustedUntil())
+			if left <= 0 {
+				return nil, false
+			}
+			timer.Reset(left)
+		}
+	}
 }
 
 // watch waits for the end of the term and returns why, with the work's
@@ -100,7 +149,7 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 func (e *Elector) renew(ctx context.Context, t *tenure) {
 	wait := e.cfg.RenewInterval
 	for sleep(ctx, wait) {
-		left := time.Until(t.lease.TrustedUntil())
+		left := t.lease.TrustedUntil().Sub(e.storeNow()) // both on the Store's clock
 		if left <= 0 {
 			return
 		}
@@ -113,6 +162,7 @@ func (e *Elector) renew(ctx context.Context, t *tenure) {
 		case errors.Is(err, lease.ErrNotHeld), errors.Is(err, lease.ErrLost), errors.Is(err, lease.ErrClosed):
 			return
 		default:
+			e.setErr(err)
 			e.cfg.Logger.Warn("leader: renew failed; retrying", "election", e.cfg.Name, "term", t.term.Number, "err", err)
 			wait = max(e.cfg.RenewInterval/4, 10*time.Millisecond)
 		}

@@ -26,31 +26,7 @@ type replica struct {
 
 func newReplica(t *testing.T, dsn string) replica {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxT(t, time.Minute)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	locker, err := advisory.New(pool, advisory.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := lease.New(pool, lease.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = store.Close(ctx)
-		_ = locker.Close(ctx)
-		pool.Close()
-	})
-	return replica{pool, locker, store}
+	return newReplicaWith(t, dsn, advisory.Config{}, lease.Config{})
 }
 
 // setup returns a fresh database with the lease table.

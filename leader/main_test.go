@@ -1,6 +1,7 @@
 package leader_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/pglocks/pglocks/pgtest"
@@ -8,6 +9,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("LEADER_BURN") != "" {
+		burn()
+	}
 	if runChild() {
 		return
 	}

@@ -30,12 +30,17 @@ func (e *Elector) Leader(ctx context.Context) (Leader, error) {
 // announced through LISTEN/NOTIFY on Config.Channel and arrive within a
 // round trip; should notifications fail (a dropped connection, a pooler in
 // transaction mode), it polls every RetryInterval and at the current term's
-// expiry. The channel is closed when ctx ends. Observe holds one pool
-// connection for LISTEN while it runs; it does not need Run.
+// expiry. The channel is closed when ctx ends or the elector is closed.
+// Notifications about other elections on the channel cost no read.
+// Observe holds one pool connection for LISTEN while it runs; it does not
+// need Run.
 func (e *Elector) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	go func() {
 		defer close(out)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(e.life, cancel)() // Close ends it too
 		o := observer{e: e, out: out}
 		o.run(ctx)
 	}()
@@ -72,26 +77,45 @@ func (o *observer) run(ctx context.Context) {
 }
 
 // loop reads the state, then waits for a notification about this election
-// or the next poll, and again, until an error or ctx ends.
+// or the next poll, and again, until an error or ctx ends. Notifications
+// about other elections on the shared channel are skipped without a read,
+// and do not postpone the poll.
 func (o *observer) loop(ctx context.Context, conn *pgx.Conn) error {
 	for {
 		if !o.check(ctx) {
 			return ctx.Err()
 		}
-		wait := o.e.jitter(o.e.cfg.RetryInterval)
-		if o.last.Held {
-			if untilExpiry := time.Until(o.last.Expiry); untilExpiry > 0 && untilExpiry < wait {
-				wait = untilExpiry + 5*time.Millisecond
-			}
+		if err := o.await(ctx, conn, time.Now().Add(o.pollWait())); err != nil {
+			return err
 		}
-		wctx, cancel := context.WithTimeout(ctx, wait)
+	}
+}
+
+// pollWait is how long to wait for news before reading anyway: about
+// RetryInterval, or until just after the current term's expiry if sooner
+// (from the time left the server reported, not its clock).
+func (o *observer) pollWait() time.Duration {
+	wait := o.e.jitter(o.e.cfg.RetryInterval)
+	if o.last.Held {
+		if untilExpiry := time.Until(o.last.localEnd); untilExpiry > 0 && untilExpiry < wait {
+			wait = untilExpiry + 5*time.Millisecond
+		}
+	}
+	return wait
+}
+
+// await returns nil on news of this election or at deadline, an error if
+// the connection failed or ctx ended.
+func (o *observer) await(ctx context.Context, conn *pgx.Conn, deadline time.Time) error {
+	for {
+		wctx, cancel := context.WithDeadline(ctx, deadline)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
 		case err == nil && n.Payload != o.e.cfg.Name:
 			continue // another election's news: no read
 		case err == nil, ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			// a notification for us, or the poll interval: read again
+			return nil
 		default:
 			return err
 		}

@@ -28,18 +28,27 @@ type Term struct {
 	lease *lease.Lease
 	lock  *advisory.Lock
 	grace time.Duration
+	now   func() time.Time // the Store's clock: the one lease deadlines are read on
 }
 
-// TrustedUntil returns the local deadline (a monotonic reading) until which
-// this term may be trusted without asking the database: the earlier of the
-// lease's trust deadline (send time of its last successful renewal + TTL −
-// margin) and Grace after the last answered round trip on the advisory
-// session. The leader's context is cancelled when it passes; a leader about
-// to do something it cannot fence — send an email, call an API that ignores
-// the term — should check it first, since a process stalled by the
-// scheduler may run before its timers do.
+// TrustedUntil returns the local deadline until which this term may be
+// trusted without asking the database, as a reading of time.Now (with its
+// monotonic clock), whatever clock the lease Store was given: the earlier
+// of the lease's trust deadline (send time of its last successful renewal +
+// TTL − margin) and Grace after the last answered round trip on the
+// advisory session. The leader's context is cancelled when it passes; a
+// leader about to do something it cannot fence — send an email, call an API
+// that ignores the term — should check it first, since a process stalled by
+// the scheduler may run before its timers do. The zero Term's is the zero
+// time.
 func (t Term) TrustedUntil() time.Time {
-	until := t.lease.TrustedUntil()
+	if t.lease == nil || t.lock == nil {
+		return time.Time{}
+	}
+	// The lease's deadline is a reading of the Store's clock: carry the time
+	// left over to time.Now's. Reading time.Now first errs early, never late.
+	now := time.Now()
+	until := now.Add(t.lease.TrustedUntil().Sub(t.now()))
 	if s := t.lock.VerifiedAt().Add(t.grace); s.Before(until) {
 		until = s
 	}
@@ -84,12 +93,32 @@ type Leader struct {
 
 	owner      uuid.UUID
 	sessionPID uint32 // the advisory lock's backend
+	meta       meta
+	localEnd   time.Time // Expiry as a reading of time.Now, from the time left when read
 }
 
-// meta is the JSON kept in the lease row's metadata column.
+// meta is the JSON kept in the lease row's metadata column: who leads, the
+// backend holding its campaign lock, and the leader's own trust horizon as
+// it uses it — a candidate taking over waits for the longer of its own
+// Grace and the holder's (see the package doc). Durations are Go duration
+// strings ("1.2s"), exact.
 type meta struct {
 	Identity   string `json:"identity"`
 	SessionPID uint32 `json:"session_pid"`
+	Grace      string `json:"grace,omitempty"`
+	Ping       string `json:"ping_interval,omitempty"`
+	TTL        string `json:"ttl,omitempty"`
+	Margin     string `json:"safety_margin,omitempty"`
+}
+
+// horizon returns the holder's recorded Grace; false when the row records
+// none (a holder of an older version, or a foreign one).
+func (m meta) horizon() (time.Duration, bool) {
+	g, err := time.ParseDuration(m.Grace)
+	if err != nil || g <= 0 {
+		return 0, false
+	}
+	return g, true
 }
 
 func leaderFromInfo(election string, info lease.Info) Leader {
@@ -106,6 +135,8 @@ func leaderFromInfo(election string, info lease.Info) Leader {
 		PID:        info.PID,
 		owner:      info.Owner,
 		sessionPID: m.SessionPID,
+		meta:       m,
+		localEnd:   time.Now().Add(info.TimeLeft),
 	}
 }
 

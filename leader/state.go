@@ -1,0 +1,45 @@
+package leader
+
+import "time"
+
+// State is what an [Elector] reports about itself, for health checks and
+// metrics: whether it runs and leads, until when its term is trusted, and
+// the last error it met.
+type State struct {
+	// Running reports whether [Elector.Run] is under way.
+	Running bool
+	// Leading reports whether this candidate holds a term now.
+	Leading bool
+	// Term is the current term's number while Leading, else 0.
+	Term int64
+	// TrustedUntil is the current term's [Term.TrustedUntil] while Leading,
+	// else the zero time. A leader whose TrustedUntil lies in the past is
+	// about to step down (or its process was stalled).
+	TrustedUntil time.Time
+	// LastError is the last error of a campaign or a renewal, nil if there
+	// has been none; LastErrorAt is when it happened. They are kept after
+	// a later success: compare LastErrorAt with the last election to judge.
+	LastError   error
+	LastErrorAt time.Time
+}
+
+// State returns the elector's state now. It is cheap (no round trip) and
+// safe to call from any goroutine, for instance from an HTTP health
+// handler: a candidate that is Running, not Leading, with a recent
+// LastError, cannot campaign.
+func (e *Elector) State() State {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := State{Running: e.running, LastError: e.lastErr, LastErrorAt: e.errAt}
+	if t := e.current; t != nil {
+		s.Leading, s.Term, s.TrustedUntil = true, t.term.Number, t.term.TrustedUntil()
+	}
+	return s
+}
+
+// setErr records err as the last error.
+func (e *Elector) setErr(err error) {
+	e.mu.Lock()
+	e.lastErr, e.errAt = err, time.Now()
+	e.mu.Unlock()
+}

@@ -1,0 +1,64 @@
+package leader
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// terminateSQL terminates a stale leader's session in one statement, and
+// only if, at that moment:
+//
+//   - the lease row still shows the stale term — same owner and token, not
+//     released — and it has expired by the server clock: the leader stopped
+//     trusting it before then, so it no longer acts as leader;
+//   - that backend holds this election's advisory lock in this database;
+//   - that backend holds no other advisory lock, granted or awaited: it may
+//     be a Locker session shared with other elections or with the
+//     application's locks, and those must never be demoted by this
+//     election's takeover.
+//
+// Otherwise it does nothing, and the candidates wait for the server to drop
+// the session. %s is the lease table. It returns whether it terminated.
+const terminateSQL = `
+select case when
+	exists (select from %s
+		where name = $5 and owner = $6 and token = $7 and expires_at <= clock_timestamp())
+	and exists (select from pg_locks
+		where locktype = 'advisory' and granted and pid = $4
+		  and database = (select oid from pg_database where datname = current_database())
+		  and classid = $1 and objid = $2 and objsubid = $3)
+	and not exists (select from pg_locks
+		where locktype = 'advisory' and pid = $4
+		  and not (database = (select oid from pg_database where datname = current_database())
+		           and classid = $1 and objid = $2 and objsubid = $3))
+	then pg_terminate_backend($4)
+	else false end`
+
+// breakStale terminates the session of a leader whose lease expired (not
+// released: its owner is still set) if that very session still holds the
+// advisory lock and nothing else (see terminateSQL). fresh says whether
+// this stale term is seen for the first time, to log a refusal once.
+func (e *Elector) breakStale(ctx context.Context, stale Leader, fresh bool) {
+	if stale.sessionPID == 0 {
+		return
+	}
+	sc := e.cfg.Store.Config()
+	table := pgx.Identifier{sc.Schema, sc.Table}.Sanitize()
+	classid, objid, objsubid := e.key.LockTag()
+	var terminated bool
+	err := e.cfg.Pool.QueryRow(ctx, fmt.Sprintf(terminateSQL, table),
+		classid, objid, objsubid, int32(stale.sessionPID), e.leaseName, stale.owner, stale.Term).Scan(&terminated)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		e.cfg.Logger.Warn("leader: cannot terminate a stale leader's session; waiting for the server to drop it",
+			"election", e.cfg.Name, "stale", stale.Identity, "pid", stale.sessionPID, "err", err)
+	case terminated:
+		e.cfg.Logger.Info("leader: terminated a stale leader's session",
+			"election", e.cfg.Name, "stale", stale.Identity, "term", stale.Term, "pid", stale.sessionPID)
+	case err == nil && fresh:
+		e.cfg.Logger.Info("leader: a stale leader's session still holds the lock, with other locks or none of ours: waiting for the server to drop it",
+			"election", e.cfg.Name, "stale", stale.Identity, "term", stale.Term, "pid", stale.sessionPID)
+	}
+}
