@@ -13,7 +13,8 @@
 // stops CMD within seconds).
 // It exits with CMD's status, or:
 //
-//	64  usage error
+//	64  usage error, including a name or --ttl the lock or lease refuses
+//	66  break: no lease of that name
 //	69  the database cannot be reached or refused an operation
 //	75  the lock is held elsewhere (and --wait, if given, ran out)
 //	76  the lock was lost while CMD ran; CMD was sent SIGTERM, then SIGKILL
@@ -42,11 +43,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/lease"
 )
 
 // Exit statuses of pglocks itself; see the package doc.
 const (
 	exitUsage       = 64
+	exitNotFound    = 66
 	exitUnavailable = 69
 	exitBusy        = 75
 	exitLost        = 76
@@ -118,11 +122,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	default:
 		fmt.Fprintln(stderr, "pglocks: "+oneLine(err.Error()))
-		return exitUnavailable
+		return statusOfErr(err)
 	}
 }
 
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// statusOfErr is the exit status for an error of the library: bad input
+// is a usage error, an unknown lease has its own status, anything else
+// means the database could not be reached or refused.
+func statusOfErr(err error) int {
+	switch {
+	case errors.Is(err, pglocks.ErrInvalidKey), errors.Is(err, lease.ErrInvalidTTL),
+		errors.Is(err, lease.ErrInvalidConfig):
+		return exitUsage
+	case errors.Is(err, lease.ErrNotFound):
+		return exitNotFound
+	}
+	return exitUnavailable
+}
+
+// oneLine folds s onto one line, without a leading "pglocks: " (the
+// caller adds it).
+func oneLine(s string) string {
+	return strings.TrimPrefix(strings.Join(strings.Fields(s), " "), "pglocks: ")
+}
 
 // newFlags returns a flag set for a subcommand that reports errors as
 // usage errors, with --dsn when db is true.

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
@@ -81,7 +82,7 @@ func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Du
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		lk, err = locker.Lock(wctx, key)
 		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, context.DeadlineExceeded) && !unreachable(err) {
 			closeLocker(context.Background())
 			return nil, fail(exitBusy, "%s is held elsewhere; gave up after %v", name, wait)
 		}
@@ -111,6 +112,14 @@ func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Du
 		release: lk.Unlock,
 		close:   closeLocker,
 	}, nil
+}
+
+// unreachable reports whether a wait that ran out was failing to open a
+// session (the error names the last cause), rather than waiting for a
+// holder: then the status is 69, not 75.
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce)
 }
 
 // maxRenewInterval caps the keep-alive's interval, so that a lease taken

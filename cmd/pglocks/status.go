@@ -132,11 +132,26 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string) (status, e
 		}
 		st.Leases = append(st.Leases, row)
 	}
-	rows, err := pool.Query(ctx, allAdvisorySQL)
+	locks, err := readAdvisory(ctx, pool, names)
 	if err != nil {
 		return st, err
 	}
-	locks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (advisoryLock, error) {
+	for _, a := range locks {
+		if name == "" || a.Name == name || a.Name == leaderPrefix+name {
+			st.Advisory = append(st.Advisory, a)
+		}
+	}
+	return st, nil
+}
+
+// readAdvisory reads every advisory lock of the database, labelling keys
+// with the names they were made from where names knows them.
+func readAdvisory(ctx context.Context, pool *pgxpool.Pool, names map[int64]string) ([]advisoryLock, error) {
+	rows, err := pool.Query(ctx, allAdvisorySQL)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (advisoryLock, error) {
 		var classid, objid int64
 		var objsubid int16
 		var pid int32
@@ -155,15 +170,6 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string) (status, e
 		}
 		return a, err
 	})
-	if err != nil {
-		return st, err
-	}
-	for _, a := range locks {
-		if name == "" || a.Name == name || a.Name == leaderPrefix+name {
-			st.Advisory = append(st.Advisory, a)
-		}
-	}
-	return st, nil
 }
 
 func printStatus(w io.Writer, st status) {
