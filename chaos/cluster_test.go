@@ -1,0 +1,205 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/pgtest"
+)
+
+// cluster is one run's workers, each behind a proxy of its own, and the
+// server they share.
+type cluster struct {
+	t     *testing.T
+	db    *pgtest.DB
+	admin *pgxpool.Pool
+	dir   string
+	env   []string // extra environment of every worker
+
+	mu      sync.Mutex
+	slots   []*slot
+	stopped sync.WaitGroup // SIGCONT timers in flight
+}
+
+// adminApp is the application_name of the harness's own sessions; every
+// other session in the run's database is a worker's.
+const adminApp = "chaos-admin"
+
+// adminPool opens a pool whose sessions the checks do not count as a
+// worker's.
+func adminPool(t *testing.T, db *pgtest.DB) *pgxpool.Pool {
+	return db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["application_name"] = adminApp })
+}
+
+// slot is one worker position; a killed worker is replaced in its slot by
+// a new incarnation with a new worker number.
+type slot struct {
+	proxy *pgtest.Proxy
+	dsn   string
+	inc   int
+	cmd   *exec.Cmd
+	done  chan struct{}
+}
+
+func newCluster(t *testing.T, db *pgtest.DB, workers int, env ...string) *cluster {
+	c := &cluster{t: t, db: db, admin: adminPool(t, db), dir: t.TempDir(), env: env}
+	for range workers {
+		p, dsn := db.Proxy(t)
+		c.slots = append(c.slots, &slot{proxy: p, dsn: dsn})
+	}
+	for i := range c.slots {
+		if err := c.spawn(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// spawn starts the next incarnation of slot i. Callers hold no lock.
+func (c *cluster) spawn(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.slots[i]
+	p := i + 1000*s.inc
+	s.inc++
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(cmd.Env, envWorker+"="+fmt.Sprint(p), envDSN+"="+s.dsn,
+		envOut+"="+filepath.Join(c.dir, fmt.Sprintf("w%d.jsonl", p)))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.cmd, s.done = cmd, done
+	return nil
+}
+
+func (c *cluster) terminate(ctx context.Context, pick func(n int) int) error {
+	rows, err := c.admin.Query(ctx, "select pid from pg_stat_activity where datname = current_database() and application_name <> $1 order by pid", adminApp)
+	if err != nil {
+		return err
+	}
+	var pids []uint32
+	for rows.Next() {
+		var pid uint32
+		if err := rows.Scan(&pid); err != nil {
+			return err
+		}
+		pids = append(pids, pid)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(pids) == 0 {
+		return errors.New("no worker session to terminate")
+	}
+	return c.db.Server.TerminateBackend(ctx, pids[pick(len(pids))])
+}
+
+func (c *cluster) kill(i int) error {
+	c.mu.Lock()
+	s := c.slots[i]
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped worker dies too
+	err := s.cmd.Process.Kill()
+	done := s.done
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	<-done
+	return c.spawn(i)
+}
+
+func (c *cluster) stop(i int, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	proc := c.slots[i].cmd.Process
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	c.stopped.Add(1)
+	time.AfterFunc(d, func() {
+		defer c.stopped.Done()
+		_ = proc.Signal(syscall.SIGCONT)
+	})
+	return nil
+}
+
+func (c *cluster) lostReply(i int, d time.Duration) error {
+	p := c.slots[i].proxy
+	p.DropReplies()
+	c.stopped.Add(1)
+	time.AfterFunc(d, func() {
+		defer c.stopped.Done()
+		p.Pass()
+	})
+	return nil
+}
+
+// restart restarts the server; the end of the run does not interrupt it
+// (a server left down would fail the checks that follow).
+func (c *cluster) restart(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	return c.db.Server.Restart(ctx)
+}
+
+// shutdown ends every worker gracefully (SIGTERM; SIGKILL after a minute)
+// once the fault timers have run out.
+func (c *cluster) shutdown() {
+	c.stopped.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.slots {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for i, s := range c.slots {
+		select {
+		case <-s.done:
+		case <-time.After(time.Minute):
+			c.t.Errorf("worker in slot %d did not exit within a minute of SIGTERM: killed", i)
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	}
+}
+
+// history reads every worker's events.
+func (c *cluster) history() []event {
+	files, err := filepath.Glob(filepath.Join(c.dir, "w*.jsonl"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var all []event
+	for _, f := range files {
+		evs, err := readEvents(f)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		all = append(all, evs...)
+	}
+	return all
+}
+
+// returned counts the operations that have returned so far.
+func (c *cluster) returned() int {
+	n := 0
+	for _, e := range c.history() {
+		if e.K == evRet {
+			n++
+		}
+	}
+	return n
+}

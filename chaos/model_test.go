@@ -1,0 +1,244 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// linIn and linOut are a fenced-lock operation's input and output.
+type linIn struct {
+	Op   string
+	Name string
+	Tok  int64 // release and write: the token used
+	Val  int64 // write: the value written
+}
+
+type linOut struct {
+	Res string
+	Tok int64 // acquire ok: the token received
+	Val int64 // read: the value read
+}
+
+// lockState is the model's state of one name: the newest token handed out,
+// whether its acquisition may still be the holder, and the protected value.
+// Expiry is not modelled (the model has no clock), so it only ever allows
+// more: after an unseen expiry, a newer acquisition makes the old token
+// stale, which is what the model checks.
+type lockState struct {
+	Cur   int64
+	Valid bool
+	Val   int64
+}
+
+// step is the fenced lock: tokens only grow; a write is accepted only with
+// the newest token while its acquisition may still hold; a read returns
+// the last accepted write. Unknown outcomes may or may not have happened.
+func step(state, input, output any) []any {
+	s, in, out := state.(lockState), input.(linIn), output.(linOut)
+	holder := s.Valid && in.Tok == s.Cur
+	switch in.Op {
+	case opAcquire:
+		switch out.Res {
+		case resOK:
+			if out.Tok > s.Cur {
+				return []any{lockState{Cur: out.Tok, Valid: true, Val: s.Val}}
+			}
+			return nil
+		case resBusy:
+			return []any{s}
+		}
+		// Unknown: perhaps an acquisition nobody heard of now holds it.
+		return []any{s, lockState{Cur: s.Cur, Valid: false, Val: s.Val}}
+	case opRelease:
+		released := lockState{Cur: s.Cur, Valid: false, Val: s.Val}
+		switch out.Res {
+		case resOK:
+			if holder {
+				return []any{released}
+			}
+			return nil
+		case resUnknown:
+			if holder {
+				return []any{s, released}
+			}
+		}
+		return []any{s}
+	case opWrite:
+		written := lockState{Cur: s.Cur, Valid: s.Valid, Val: in.Val}
+		switch out.Res {
+		case resOK:
+			if holder {
+				return []any{written}
+			}
+			return nil
+		case resUnknown:
+			if holder {
+				return []any{s, written}
+			}
+		}
+		return []any{s}
+	case opRead:
+		if out.Res == resOK && out.Val != s.Val {
+			return nil
+		}
+		return []any{s}
+	}
+	return nil
+}
+
+var fencedLock = (&porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var names []string
+		for _, op := range h {
+			n := op.Input.(linIn).Name
+			if _, ok := by[n]; !ok {
+				names = append(names, n)
+			}
+			by[n] = append(by[n], op)
+		}
+		sort.Strings(names)
+		out := make([][]porcupine.Operation, 0, len(names))
+		for _, n := range names {
+			out = append(out, by[n])
+		}
+		return out
+	},
+	Init: func() []any { return []any{lockState{}} },
+	Step: step,
+	DescribeOperation: func(in, out any) string {
+		i, o := in.(linIn), out.(linOut)
+		return fmt.Sprintf("%s(%s tok=%d val=%d) -> %s tok=%d val=%d", i.Op, i.Name, i.Tok, i.Val, o.Res, o.Tok, o.Val)
+	},
+}).ToModel()
+
+// operations pairs calls with returns. A call without a return (its process
+// was killed) is pending: its outcome is unknown and it may take effect at
+// any time after its call.
+func operations(evs []event) []porcupine.Operation {
+	type key struct {
+		p int
+		i int64
+	}
+	calls := map[key]event{}
+	var order []key
+	rets := map[key]event{}
+	for _, e := range evs {
+		k := key{e.P, e.I}
+		switch e.K {
+		case evCall:
+			calls[k] = e
+			order = append(order, k)
+		case evRet:
+			rets[k] = e
+		}
+	}
+	ops := make([]porcupine.Operation, 0, len(order))
+	for _, k := range order {
+		c := calls[k]
+		in := linIn{Op: c.Op, Name: c.Name, Tok: c.Tok, Val: c.Val}
+		op := porcupine.Operation{ClientId: k.p, Input: in, Call: c.T,
+			Output: linOut{Res: resUnknown}, Return: math.MaxInt64}
+		if r, ok := rets[k]; ok {
+			op.Output = linOut{Res: r.Res, Tok: r.Tok, Val: r.Val}
+			op.Return = r.T
+		}
+		ops = append(ops, op)
+	}
+	return ops
+}
+
+// checkLinearizable runs porcupine over the history, one partition per
+// name. It returns a description of the first violation, or "".
+func checkLinearizable(ops []porcupine.Operation, timeout time.Duration) (string, porcupine.CheckResult) {
+	res, info := porcupine.CheckOperationsVerbose(fencedLock, ops, timeout)
+	if res != porcupine.Illegal {
+		return "", res
+	}
+	return describeIllegal(info), res
+}
+
+// describeIllegal prints a minimal slice of the history around the longest
+// linearizable prefix of the failing partition.
+func describeIllegal(info porcupine.LinearizationInfo) string {
+	data := info.PartialLinearizationsOperations()
+	s := "not linearizable; longest partial linearizations of the failing partition:\n"
+	for pi, part := range data {
+		for _, lin := range part {
+			if len(lin) == 0 {
+				continue
+			}
+			from := max(0, len(lin)-8)
+			for _, op := range lin[from:] {
+				s += fmt.Sprintf("  [partition %d] p%d %s\n", pi, op.ClientId,
+					fencedLock.DescribeOperation(op.Input, op.Output))
+			}
+			break
+		}
+	}
+	return s
+}
+
+// trustWindow is what one acquisition's holder reported: over [from, to]
+// it checked, and found, that it held the lease.
+type trustWindow struct {
+	p        int
+	name     string
+	tok      int64
+	shared   bool // an advisory shared lock: shared windows may overlap
+	from, to int64
+}
+
+// trustWindows merges the holders' checks into one window per acquisition.
+// A check is a pair (before, after) around one reading; the holder was
+// sure of the lease at some instant in between, so the window from the
+// first check's "after" to the last check's "before" lies inside the time
+// it really trusted (it may be empty).
+func trustWindows(evs []event) []trustWindow {
+	type key struct {
+		name string
+		tok  int64
+	}
+	m := map[key]*trustWindow{}
+	for _, e := range evs {
+		if e.K != evTrust {
+			continue
+		}
+		k := key{e.Name, e.Tok}
+		w := m[k]
+		if w == nil {
+			w = &trustWindow{p: e.P, name: e.Name, tok: e.Tok, shared: e.Val == 1, from: e.To, to: e.T}
+			m[k] = w
+		}
+		w.from = min(w.from, e.To)
+		w.to = max(w.to, e.T)
+	}
+	var out []trustWindow
+	for _, w := range m {
+		if w.from < w.to {
+			out = append(out, *w)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].from < out[j].from })
+	return out
+}
+
+// overlaps returns every pair of acquisitions of one name trusted at
+// overlapping instants.
+func overlaps(ws []trustWindow) []string {
+	var v []string
+	for i := range ws {
+		for j := i + 1; j < len(ws) && ws[j].from < ws[i].to; j++ {
+			if ws[i].name == ws[j].name && !(ws[i].shared && ws[j].shared) {
+				v = append(v, fmt.Sprintf("%s: token %d (p%d) and token %d (p%d) both trusted for %v",
+					ws[i].name, ws[i].tok, ws[i].p, ws[j].tok, ws[j].p,
+					time.Duration(min(ws[i].to, ws[j].to)-ws[j].from)))
+			}
+		}
+	}
+	return v
+}

@@ -1,0 +1,253 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// Worker environment: set by the parent when it re-executes the test binary.
+const (
+	envWorker   = "CHAOS_WORKER" // worker number
+	envDSN      = "CHAOS_DSN"
+	envOut      = "CHAOS_OUT"      // history file
+	envNames    = "CHAOS_NAMES"    // how many names to contend for
+	envWorkload = "CHAOS_WORKLOAD" // lease (default) or advisory
+)
+
+// runWorker runs a worker when the test binary was started as one, and
+// exits; it returns false otherwise.
+func runWorker() bool {
+	p, err := strconv.Atoi(os.Getenv(envWorker))
+	if err != nil {
+		return false
+	}
+	rec, err := newRecorder(os.Getenv(envOut), p)
+	if err == nil {
+		err = leaseWorker(rec)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return true
+}
+
+// leaseWorker contends for a few names until SIGTERM: acquire, guarded
+// writes with trust checks, reads, release or abandon to expiry.
+func leaseWorker(rec *recorder) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	cfg, err := pgxpool.ParseConfig(os.Getenv(envDSN))
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 2 * goroutines
+	cfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("chaos-w%d", rec.p)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := lease.New(pool, lease.Config{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = store.Close(cctx)
+	}()
+	names, _ := strconv.Atoi(os.Getenv(envNames))
+	names = max(names, 1)
+	rec.note("worker %d started, pid %d", rec.p, os.Getpid())
+	if os.Getenv(envWorkload) == "advisory" {
+		return advisoryWorker(ctx, rec, pool, names)
+	}
+	return clients(ctx, func(id int64) {
+		w := &leaseW{rec: rec, pool: pool, store: store, names: names, id: id}
+		for ctx.Err() == nil {
+			w.round(ctx)
+		}
+	})
+}
+
+// clients runs the goroutines of a worker process and waits for them.
+func clients(ctx context.Context, run func(id int64)) error {
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		wg.Go(func() { run(int64(i)) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// goroutines is how many clients each worker process runs.
+const goroutines = 4
+
+type leaseW struct {
+	rec   *recorder
+	pool  *pgxpool.Pool
+	store *lease.Store
+	names int
+	id    int64 // client number within the process
+	val   int64 // values written by this client; unique with its process
+}
+
+// opCtx bounds one operation: short, so that a lost reply ends as an
+// unknown outcome rather than a hang.
+func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 300*time.Millisecond+rand.N(700*time.Millisecond))
+}
+
+// round is one acquisition attempt and, when it succeeds, a tenure.
+func (w *leaseW) round(ctx context.Context) {
+	name := fmt.Sprintf("n%d", rand.N(w.names))
+	if rand.N(4) == 0 {
+		w.read(ctx, name)
+	}
+	ttl := time.Duration(800+rand.N(1700)) * time.Millisecond
+	var opts []lease.Option
+	if rand.N(2) == 0 {
+		opts = append(opts, lease.WithKeepAlive())
+	}
+	id := w.rec.call(opAcquire, name, 0, 0)
+	octx, cancel := opCtx(ctx)
+	var l *lease.Lease
+	var err error
+	if rand.N(3) == 0 {
+		l, err = w.store.Acquire(octx, name, ttl, opts...)
+	} else {
+		l, err = w.store.TryAcquire(octx, name, ttl, opts...)
+	}
+	cancel()
+	switch {
+	case err == nil:
+		w.rec.ret(id, resOK, l.Token(), 0)
+	case errors.Is(err, lease.ErrHeld):
+		w.rec.ret(id, resBusy, 0, 0)
+		pause(ctx, 20*time.Millisecond)
+		return
+	default: // an error, or a blocking Acquire's deadline: recorded as unknown
+		w.rec.ret(id, resUnknown, 0, 0)
+		pause(ctx, 20*time.Millisecond)
+		return
+	}
+	w.tenure(ctx, l)
+}
+
+// tenure uses a held lease: guarded writes with trust checks between them,
+// then a release, or abandonment to expiry, or an overstay past the TTL.
+func (w *leaseW) tenure(ctx context.Context, l *lease.Lease) {
+	writes := 1 + rand.N(4)
+	for i := 0; i < writes && ctx.Err() == nil; i++ {
+		if !w.trusted(l) {
+			break
+		}
+		w.write(ctx, l)
+		if rand.N(16) == 0 { // overstay: the TTL may pass, another may take it
+			pause(ctx, l.TTL())
+		}
+	}
+	w.trusted(l) // closes the window of a tenure with one write
+	if rand.N(6) == 0 {
+		return // abandoned: the row expires
+	}
+	for try := 0; try < 3; try++ {
+		id := w.rec.call(opRelease, l.Name(), l.Token(), 0)
+		// A short bound, well inside the trust window: if the reply is
+		// lost, the lease's fate is decided while it may still be trusted.
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(100+rand.N(200))*time.Millisecond)
+		err := l.Release(octx)
+		cancel()
+		switch {
+		case err == nil:
+			w.rec.ret(id, resOK, 0, 0)
+			return
+		case errors.Is(err, lease.ErrNotHeld):
+			w.rec.ret(id, resNotHeld, 0, 0)
+			return
+		}
+		w.rec.ret(id, resUnknown, 0, 0)
+		// A careful user still trusts a lease that reports no loss, and
+		// works on a while before retrying: exactly where an ambiguous
+		// release that kept the lease live gave two holders.
+		end := time.Now().Add(time.Duration(50+rand.N(400)) * time.Millisecond)
+		for ctx.Err() == nil && time.Now().Before(end) && w.trusted(l) {
+			w.write(ctx, l)
+			pause(ctx, 10*time.Millisecond)
+		}
+	}
+}
+
+// trusted checks, and records, that l is still held: a live Context and
+// a trust deadline ahead.
+func (w *leaseW) trusted(l *lease.Lease) bool {
+	before := mono()
+	ok := l.Context().Err() == nil && time.Now().Before(l.TrustedUntil())
+	after := mono()
+	if ok {
+		w.rec.write(event{K: evTrust, Name: l.Name(), Tok: l.Token(), T: before, To: after})
+	}
+	return ok
+}
+
+// write is a guarded transaction: the protected value and the counter
+// change only while the lease is held.
+func (w *leaseW) write(ctx context.Context, l *lease.Lease) {
+	w.val++
+	v := int64(w.rec.p)<<40 | w.id<<32 | w.val
+	id := w.rec.call(opWrite, l.Name(), l.Token(), v)
+	octx, cancel := opCtx(ctx)
+	defer cancel()
+	err := pgx.BeginFunc(octx, w.pool, func(tx pgx.Tx) error {
+		if err := l.Guard(octx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(octx, "update protected set val = $2, n = n + 1 where name = $1", l.Name(), v)
+		return err
+	})
+	switch {
+	case err == nil:
+		w.rec.ret(id, resOK, 0, 0)
+	case errors.Is(err, lease.ErrNotHeld) || errors.Is(err, lease.ErrLost):
+		w.rec.ret(id, resRefused, 0, 0)
+	default:
+		w.rec.ret(id, resUnknown, 0, 0)
+	}
+}
+
+// read records the protected value.
+func (w *leaseW) read(ctx context.Context, name string) {
+	id := w.rec.call(opRead, name, 0, 0)
+	octx, cancel := opCtx(ctx)
+	defer cancel()
+	var v int64
+	if err := w.pool.QueryRow(octx, "select val from protected where name = $1", name).Scan(&v); err != nil {
+		w.rec.ret(id, resUnknown, 0, 0)
+		return
+	}
+	w.rec.ret(id, resOK, 0, v)
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
