@@ -152,7 +152,7 @@ func retrySerialization(ctx context.Context, f func() error) error {
 			return err
 		}
 		if werr := bo.Wait(ctx); werr != nil {
-			return err
+			return fmt.Errorf("%w (last error: %w)", werr, err)
 		}
 	}
 }

@@ -42,7 +42,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		switch {
 		case err != nil && serialization(err):
 			if werr := bo.Wait(ctx); werr != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w (last error: %w)", werr, err)
 			}
 		case err != nil:
 			if outcome.Of(err) == outcome.Unknown {
@@ -75,6 +75,24 @@ func (s *Store) releaseLater(name string, owner uuid.UUID, token int64, ttl time
 	s.settle(ttl, func(ctx context.Context) error {
 		return s.releaseRow(ctx, name, owner, token)
 	})
+}
+
+// releaseTaken frees the row of an acquisition that cannot be handed out
+// (the Store closed between the statement and its reply) and returns why
+// it was not, err. It tries on ctx first; if ctx ends or the outcome is
+// not known, the release goes on in the background, which Close waits
+// for, so the caller is not kept past its ctx and the row is not left
+// held for its TTL. The caller must be inside enter/exit.
+func (s *Store) releaseTaken(ctx context.Context, name string, owner uuid.UUID, token int64, ttl time.Duration, err error) error {
+	rerr := s.releaseRow(ctx, name, owner, token)
+	switch {
+	case rerr == nil:
+		return err
+	case outcome.Of(rerr) == outcome.Fatal && ctx.Err() == nil:
+		return fmt.Errorf("%w; releasing what it took failed, so the row expires at the end of its TTL: %w", err, rerr)
+	}
+	s.releaseLater(name, owner, token, ttl)
+	return fmt.Errorf("%w; what it took is being released in the background (%w)", err, rerr)
 }
 
 // releaseRow runs the release statement for (name, owner, token); whether

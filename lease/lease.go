@@ -58,9 +58,7 @@ func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, toke
 		l.ended, l.err = true, err
 		l.cancel(err)
 		if fresh {
-			if rerr := s.releaseRow(ctx, name, owner, token); rerr != nil {
-				return nil, fmt.Errorf("%w; releasing what it took failed, so the row expires at the end of its TTL: %w", err, rerr)
-			}
+			return nil, s.releaseTaken(ctx, name, owner, token, ttl, err)
 		}
 		return nil, err
 	}

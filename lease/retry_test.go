@@ -21,62 +21,82 @@ import (
 // either return a live *Lease (whose row Close leaves held, as documented)
 // or an error — and then hold nothing: a row they took is released before
 // they return. 40 acquisitions per round, TTL 1 h, Close after 0–3 ms.
+// In CallerGaveUp the callers' ctx ends at the moment of Close, so the
+// release of a row taken just before Close cannot run on the caller's ctx:
+// it must go on in the background, and Close waits for it.
 func TestCloseRacesAcquisitions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	for _, gaveUp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "CallerWaits", true: "CallerGaveUp"}[gaveUp], func(t *testing.T) {
+			var got, failed, leaked int
+			for r := range 10 {
+				g, f, l := closeRace(t, b, fmt.Sprintf("%v-r%d", gaveUp, r), gaveUp)
+				got, failed, leaked = got+g, failed+f, leaked+l
+			}
+			t.Logf("%d acquisitions returned a lease before Close, %d an error", got, failed)
+			if leaked > 0 {
+				t.Errorf("%d rows held by acquisitions whose caller got an error", leaked)
+			}
+		})
+	}
+}
+
+// closeRace runs one round of TestCloseRacesAcquisitions: 40 acquisitions
+// of distinct names, then Close. It returns how many returned a lease, how
+// many an error, and how many of the latter left their row held.
+func closeRace(t *testing.T, b bundle, prefix string, cancelCallers bool) (got, failed, leaked int) {
 	ctx := ctxT(t)
-	const rounds, callers = 10, 40
-	var got, failed, leaked int
-	for r := range rounds {
-		s, err := lease.New(b.pool, lease.Config{})
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := lease.New(b.pool, lease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		leases = make(map[string]bool)
+	)
+	for c := range 40 {
+		name := fmt.Sprintf("%s-%d", prefix, c)
+		wg.Go(func() {
+			var err error
+			if c%2 == 0 {
+				_, err = s.TryAcquire(cctx, name, time.Hour)
+			} else {
+				_, err = s.Acquire(cctx, name, time.Hour)
+			}
+			mu.Lock()
+			leases[name] = err == nil
+			mu.Unlock()
+		})
+	}
+	time.Sleep(time.Duration(rand.N(3000)) * time.Microsecond) // the race itself, not synchronization
+	if cancelCallers {
+		cancel()
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for name, ok := range leases {
+		held, err := b.store.IsHeld(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var (
-			wg     sync.WaitGroup
-			mu     sync.Mutex
-			leases = make(map[string]bool)
-		)
-		for c := range callers {
-			name := fmt.Sprintf("r%d-%d", r, c)
-			wg.Go(func() {
-				var err error
-				if c%2 == 0 {
-					_, err = s.TryAcquire(ctx, name, time.Hour)
-				} else {
-					_, err = s.Acquire(ctx, name, time.Hour)
-				}
-				mu.Lock()
-				leases[name] = err == nil
-				mu.Unlock()
-			})
+		if ok {
+			got++
+		} else {
+			failed++
 		}
-		time.Sleep(time.Duration(rand.N(3000)) * time.Microsecond) // the race itself, not synchronization
-		if err := s.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		wg.Wait()
-		for name, ok := range leases {
-			held, err := b.store.IsHeld(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok {
-				got++
-			} else {
-				failed++
-			}
-			if held && !ok {
-				if leaked++; leaked <= 3 {
-					t.Errorf("%s: the caller got an error, but the row is held", name)
-				}
+		if held && !ok {
+			if leaked++; leaked <= 3 {
+				t.Errorf("%s: the caller got an error, but the row is held", name)
 			}
 		}
 	}
-	t.Logf("%d acquisitions returned a lease before Close, %d an error", got, failed)
-	if leaked > 0 {
-		t.Errorf("%d rows held by acquisitions whose caller got an error", leaked)
-	}
+	return got, failed, leaked
 }
 
 // TestSerializableDatabase (review B13): with default_transaction_isolation
@@ -178,5 +198,51 @@ func TestAcquireFirstTryTransient(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestSerializableCtxEnds: when ctx ends while an acquisition backs off
+// after a serialization failure, the caller is told that ctx ended (with
+// the serialization failure as the last error), not just handed a 40001
+// it might mistake for a failure worth reporting.
+func TestSerializableCtxEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	exec(t, b.pool, "alter database "+pgx.Identifier{b.db.Name}.Sanitize()+" set default_transaction_isolation = 'serializable'")
+	pool := b.db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 10 })
+	s := newStore(t, pool, lease.Config{})
+	var (
+		wg       sync.WaitGroup
+		bad      atomic.Int64
+		firstBad atomic.Value
+		ended    atomic.Int64
+	)
+	deadline := time.Now().Add(2 * time.Second)
+	for range 8 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				actx, cancel := context.WithTimeout(ctx, time.Duration(1+rand.N(5))*time.Millisecond)
+				l, err := s.TryAcquire(actx, "hot", time.Minute)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				cancel()
+				var held *lease.HeldError
+				switch {
+				case err == nil, errors.As(err, &held):
+				case errors.Is(err, context.DeadlineExceeded):
+					ended.Add(1)
+				default:
+					bad.Add(1)
+					firstBad.CompareAndSwap(nil, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d calls ended by their ctx", ended.Load())
+	if bad.Load() > 0 {
+		t.Fatalf("%d errors that do not say ctx ended, e.g. %v", bad.Load(), firstBad.Load())
 	}
 }
