@@ -85,26 +85,66 @@ func (c *cluster) spawn(i int) error {
 	return nil
 }
 
-func (c *cluster) terminate(ctx context.Context, pick func(n int) int) error {
+// workerPids returns the server pids of the workers' sessions.
+func (c *cluster) workerPids(ctx context.Context) ([]uint32, error) {
 	rows, err := c.admin.Query(ctx, "select pid from pg_stat_activity where datname = current_database() and application_name <> $1 order by pid", adminApp)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var pids []uint32
 	for rows.Next() {
 		var pid uint32
 		if err := rows.Scan(&pid); err != nil {
-			return err
+			return nil, err
 		}
 		pids = append(pids, pid)
 	}
 	if err := rows.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	if len(pids) == 0 {
-		return errors.New("no worker session to terminate")
+		return nil, errors.New("no worker session")
+	}
+	return pids, nil
+}
+
+func (c *cluster) terminate(ctx context.Context, pick func(n int) int) error {
+	pids, err := c.workerPids(ctx)
+	if err != nil {
+		return err
 	}
 	return c.db.Server.TerminateBackend(ctx, pids[pick(len(pids))])
+}
+
+// crash SIGKILLs the backend of a worker session: the postmaster ends
+// every other session and recovers from the WAL on disk, losing whatever
+// was committed but not yet written (asynchronous commits). It returns
+// once the server answers again. A local server only: its backends are
+// processes of this machine.
+func (c *cluster) crash(ctx context.Context, pick func(n int) int) error {
+	if c.db.Server.Mode() != pgtest.ModeLocal {
+		return fmt.Errorf("crash needs a local server, have %s", c.db.Server.Mode())
+	}
+	pids, err := c.workerPids(ctx)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(int(pids[pick(len(pids))]), syscall.SIGKILL); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	for {
+		// The admin pool's sessions die too; a ping fails until one
+		// reconnects after the recovery.
+		if err := c.admin.Ping(ctx); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
 }
 
 func (c *cluster) kill(i int) error {

@@ -16,6 +16,7 @@ const (
 	fStop      = "stop"      // SIGSTOP a worker, SIGCONT after Dur
 	fLostReply = "lostreply" // a worker's proxy drops the server's replies for Dur
 	fRestart   = "restart"   // restart the server (every session dies)
+	fCrash     = "crash"     // SIGKILL a server backend: the server crashes and recovers from its WAL
 )
 
 // fault is one entry of a schedule.
@@ -28,7 +29,7 @@ type fault struct {
 
 func (f fault) String() string {
 	s := fmt.Sprintf("+%v %s", f.At.Round(time.Millisecond), f.Kind)
-	if f.Kind != fRestart && f.Kind != fTerminate {
+	if f.Kind != fRestart && f.Kind != fTerminate && f.Kind != fCrash {
 		s += fmt.Sprintf(" w%d", f.Target)
 	}
 	if f.Dur > 0 {
@@ -38,10 +39,11 @@ func (f fault) String() string {
 }
 
 // schedule draws the faults of a run of length d from seed: one every
-// 100–400 ms, kinds weighted so that the cheap ones are frequent and a
-// server restart is rare. The same seed gives the same schedule.
-func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault {
-	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fRestart: 1}
+// 100–400 ms times spread (≥ 1), kinds weighted so that the cheap ones are
+// frequent and a server restart is rare. The same seed gives the same
+// schedule.
+func schedule(seed uint64, d time.Duration, workers int, kinds []string, spread int) []fault {
+	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fRestart: 1, fCrash: 1}
 	var bag []string
 	for _, k := range kinds {
 		for range weights[k] {
@@ -50,12 +52,12 @@ func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault
 	}
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	var out []fault
-	for at := 500 * time.Millisecond; at < d && len(bag) > 0; at += time.Duration(100+r.IntN(300)) * time.Millisecond {
+	for at := 500 * time.Millisecond; at < d && len(bag) > 0; at += time.Duration(max(spread, 1)*(100+r.IntN(300))) * time.Millisecond {
 		f := fault{At: at, Kind: bag[r.IntN(len(bag))], Target: r.IntN(workers)}
 		switch f.Kind {
 		case fStop, fLostReply:
 			f.Dur = time.Duration(100+r.IntN(1400)) * time.Millisecond
-		case fRestart:
+		case fRestart, fCrash:
 			at += time.Second // let the server come back before the next one
 		}
 		out = append(out, f)
@@ -70,6 +72,7 @@ type injector interface {
 	stop(slot int, d time.Duration) error
 	lostReply(slot int, d time.Duration) error
 	restart(ctx context.Context) error
+	crash(ctx context.Context, pick func(n int) int) error
 }
 
 // play runs the schedule until ctx ends, and counts what it did.
@@ -97,6 +100,8 @@ func play(ctx context.Context, sched []fault, seed uint64, inj injector, logf fu
 			err = inj.lostReply(f.Target, f.Dur)
 		case fRestart:
 			err = inj.restart(ctx)
+		case fCrash:
+			err = inj.crash(ctx, func(n int) int { return r.IntN(n) })
 		}
 		if err != nil {
 			logf("fault %v: %v", f, err)

@@ -197,11 +197,19 @@ type trustWindow struct {
 // A check is a pair (before, after) around one reading; the holder was
 // sure of the lease at some instant in between, so the window from the
 // first check's "after" to the last check's "before" lies inside the time
-// it really trusted (it may be empty).
+// it really trusted (it may be empty). A lease acquisition holds from the
+// moment Acquire returned it: its window starts there at the latest.
 func trustWindows(evs []event) []trustWindow {
 	type key struct {
 		name string
 		tok  int64
+	}
+	granted := map[key]int64{}
+	for _, op := range operations(evs) {
+		in, out := op.Input.(linIn), op.Output.(linOut)
+		if in.Op == opAcquire && out.Res == resOK {
+			granted[key{in.Name, out.Tok}] = op.Return
+		}
 	}
 	m := map[key]*trustWindow{}
 	for _, e := range evs {
@@ -216,6 +224,11 @@ func trustWindows(evs []event) []trustWindow {
 		}
 		w.from = min(w.from, e.To)
 		w.to = max(w.to, e.T)
+	}
+	for k, w := range m {
+		if at, ok := granted[k]; ok {
+			w.from = min(w.from, at)
+		}
 	}
 	var out []trustWindow
 	for _, w := range m {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/internal/plant"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -24,6 +25,7 @@ const (
 	envOut      = "CHAOS_OUT"      // history file
 	envNames    = "CHAOS_NAMES"    // how many names to contend for
 	envWorkload = "CHAOS_WORKLOAD" // lease (default) or advisory
+	envPlant    = "CHAOS_PLANT"    // a bug to plant (internal/plant.Names)
 )
 
 // runWorker runs a worker when the test binary was started as one, and
@@ -32,6 +34,9 @@ func runWorker() bool {
 	p, err := strconv.Atoi(os.Getenv(envWorker))
 	if err != nil {
 		return false
+	}
+	if b, ok := plant.Names[os.Getenv(envPlant)]; ok {
+		plant.Set(b)
 	}
 	rec, err := newRecorder(os.Getenv(envOut), p)
 	if err == nil {
@@ -175,6 +180,9 @@ func (w *leaseW) tenure(ctx context.Context, l *lease.Lease) {
 		switch {
 		case err == nil:
 			w.rec.ret(id, resOK, 0, 0)
+			if rand.N(4) == 0 {
+				w.write(ctx, l) // a stale write: the guard must refuse it
+			}
 			return
 		case errors.Is(err, lease.ErrNotHeld):
 			w.rec.ret(id, resNotHeld, 0, 0)
@@ -222,7 +230,7 @@ func (w *leaseW) write(ctx context.Context, l *lease.Lease) {
 	switch {
 	case err == nil:
 		w.rec.ret(id, resOK, 0, 0)
-	case errors.Is(err, lease.ErrNotHeld) || errors.Is(err, lease.ErrLost):
+	case errors.Is(err, lease.ErrNotHeld) || errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrReleased):
 		w.rec.ret(id, resRefused, 0, 0)
 	default:
 		w.rec.ret(id, resUnknown, 0, 0)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/pglocks/pglocks/internal/plant"
 )
 
 // queries holds the store's SQL, with the table name filled in.
@@ -51,6 +52,14 @@ const durable = `durable as (
 		then 'on' else current_setting('synchronous_commit') end, true)
 )`
 
+// durableCTE is durable, unless the chaos suite planted its absence.
+func durableCTE() string {
+	if plant.On(plant.AsyncCommit) {
+		return `durable as (select set_config('synchronous_commit', 'off', true))`
+	}
+	return durable
+}
+
 // Payloads on the store's channel: "r" + name when a name is released (for
 // waiters), "l" + token + ":" + name when every acquisition of name with a
 // token up to token is over (Break, takeover after expiry; for holders).
@@ -64,7 +73,7 @@ func newQueries(cfg Config) queries {
 	r := strings.NewReplacer("{T}", t, "{TTL}", micros("ttl"),
 		"{LEFT}", micros("greatest(expires_at - clock_timestamp(), interval '0')"),
 		"{LAG}", micros("expires_at - ttl - statement_timestamp()"),
-		"{DURABLE}", durable)
+		"{DURABLE}", durableCTE())
 	q := queries{channel: cfg.Channel}
 	q.acquireSQL = r.Replace(acquireSQL)
 	q.renewSQL = r.Replace(`with {DURABLE}
