@@ -62,6 +62,11 @@ func TestLeaseChaos(t *testing.T) { mustHold(t, run(t, "lease", runOpts{})) }
 // every fault kind and checks the holders' verified windows.
 func TestAdvisoryChaos(t *testing.T) { mustHold(t, run(t, "advisory", runOpts{})) }
 
+// TestLeaderChaos runs the leader workload (one candidate per election in
+// every worker, fenced writes per term) under every fault kind and checks
+// its history with the same fenced-lock model: terms are acquisitions.
+func TestLeaderChaos(t *testing.T) { mustHold(t, run(t, "leader", runOpts{})) }
+
 // TestPlantedBugs runs the lease workload with a known bug planted in the
 // library (internal/plant) and asserts that the oracles report it within
 // a default run. A run stops at the first violation found.

@@ -209,9 +209,16 @@ func (c *cluster) shutdown() {
 		select {
 		case <-s.done:
 		case <-time.After(time.Minute):
-			c.t.Errorf("worker in slot %d did not exit within a minute of SIGTERM: killed", i)
-			_ = s.cmd.Process.Kill()
-			<-s.done
+			// SIGQUIT first: the Go runtime prints every goroutine's stack
+			// on the worker's stderr (the test's), then exits.
+			c.t.Errorf("worker in slot %d did not exit within a minute of SIGTERM: SIGQUIT (stacks above), then killed", i)
+			_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-s.done:
+			case <-time.After(10 * time.Second):
+				_ = s.cmd.Process.Kill()
+				<-s.done
+			}
 		}
 	}
 }

@@ -24,7 +24,7 @@ const (
 	envDSN      = "CHAOS_DSN"
 	envOut      = "CHAOS_OUT"      // history file
 	envNames    = "CHAOS_NAMES"    // how many names to contend for
-	envWorkload = "CHAOS_WORKLOAD" // lease (default) or advisory
+	envWorkload = "CHAOS_WORKLOAD" // lease (default), advisory or leader
 	envPlant    = "CHAOS_PLANT"    // a bug to plant (internal/plant.Names)
 )
 
@@ -78,8 +78,11 @@ func leaseWorker(rec *recorder) error {
 	names, _ := strconv.Atoi(os.Getenv(envNames))
 	names = max(names, 1)
 	rec.note("worker %d started, pid %d", rec.p, os.Getpid())
-	if os.Getenv(envWorkload) == "advisory" {
+	switch os.Getenv(envWorkload) {
+	case "advisory":
 		return advisoryWorker(ctx, rec, pool, names)
+	case "leader":
+		return leaderWorker(ctx, rec, pool, store, names)
 	}
 	return clients(ctx, func(id int64) {
 		w := &leaseW{rec: rec, pool: pool, store: store, names: names, id: id}
@@ -216,24 +219,29 @@ func (w *leaseW) trusted(l *lease.Lease) bool {
 // change only while the lease is held.
 func (w *leaseW) write(ctx context.Context, l *lease.Lease) {
 	w.val++
-	v := int64(w.rec.p)<<40 | w.id<<32 | w.val
-	id := w.rec.call(opWrite, l.Name(), l.Token(), v)
+	guardedWrite(ctx, w.rec, w.pool, l.Name(), l.Token(), int64(w.rec.p)<<40|w.id<<32|w.val, l.Guard)
+}
+
+// guardedWrite records and makes one write of v to name's protected row,
+// in a transaction that guard fences with token tok.
+func guardedWrite(ctx context.Context, rec *recorder, pool *pgxpool.Pool, name string, tok, v int64, guard func(context.Context, pgx.Tx) error) {
+	id := rec.call(opWrite, name, tok, v)
 	octx, cancel := opCtx(ctx)
 	defer cancel()
-	err := pgx.BeginFunc(octx, w.pool, func(tx pgx.Tx) error {
-		if err := l.Guard(octx, tx); err != nil {
+	err := pgx.BeginFunc(octx, pool, func(tx pgx.Tx) error {
+		if err := guard(octx, tx); err != nil {
 			return err
 		}
-		_, err := tx.Exec(octx, "update protected set val = $2, n = n + 1 where name = $1", l.Name(), v)
+		_, err := tx.Exec(octx, "update protected set val = $2, n = n + 1 where name = $1", name, v)
 		return err
 	})
 	switch {
 	case err == nil:
-		w.rec.ret(id, resOK, 0, 0)
+		rec.ret(id, resOK, 0, 0)
 	case errors.Is(err, lease.ErrNotHeld) || errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrReleased):
-		w.rec.ret(id, resRefused, 0, 0)
+		rec.ret(id, resRefused, 0, 0)
 	default:
-		w.rec.ret(id, resUnknown, 0, 0)
+		rec.ret(id, resUnknown, 0, 0)
 	}
 }
 
