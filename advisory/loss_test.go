@@ -30,9 +30,11 @@ func waitLost(t *testing.T, lk *advisory.Lock, start time.Time, within time.Dura
 	return took
 }
 
+// Both locks on one session (MaxSessions 1), so that one termination
+// takes both: every lock of a dead session is announced lost.
 func TestLossAfterTerminateBackend(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, advisory.Config{MaxSessions: 1})
 	ctx := ctxT(t)
 	a, err := b.locker.Lock(ctx, pglocks.KeyOf("loss-a"))
 	if err != nil {
@@ -43,7 +45,7 @@ func TestLossAfterTerminateBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.PID() != c.PID() {
-		t.Skip("locks landed on different sessions")
+		t.Fatalf("locks on sessions %d and %d with MaxSessions 1", a.PID(), c.PID())
 	}
 	start := time.Now()
 	if err := b.db.Server.TerminateBackend(ctx, a.PID()); err != nil {
