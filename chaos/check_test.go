@@ -66,6 +66,11 @@ func analyse(evs []event) report {
 		r.violations = append(r.violations, v)
 	}
 	r.violations = append(r.violations, overlaps(trustWindows(evs))...)
+	for _, e := range evs {
+		if e.K == evLeak {
+			r.violations = append(r.violations, fmt.Sprintf("worker %d: %s", e.P, e.Text))
+		}
+	}
 	return r
 }
 

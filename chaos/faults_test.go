@@ -39,10 +39,9 @@ func (f fault) String() string {
 }
 
 // schedule draws the faults of a run of length d from seed: one every
-// 100–400 ms times spread (≥ 1), kinds weighted so that the cheap ones are
-// frequent and a server restart is rare. The same seed gives the same
-// schedule.
-func schedule(seed uint64, d time.Duration, workers int, kinds []string, spread int) []fault {
+// 100–400 ms, kinds weighted so that the cheap ones are frequent and a
+// server restart is rare. The same seed gives the same schedule.
+func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault {
 	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fRestart: 1, fCrash: 1}
 	var bag []string
 	for _, k := range kinds {
@@ -52,7 +51,7 @@ func schedule(seed uint64, d time.Duration, workers int, kinds []string, spread 
 	}
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	var out []fault
-	for at := 500 * time.Millisecond; at < d && len(bag) > 0; at += time.Duration(max(spread, 1)*(100+r.IntN(300))) * time.Millisecond {
+	for at := 500 * time.Millisecond; at < d && len(bag) > 0; at += time.Duration(100+r.IntN(300)) * time.Millisecond {
 		f := fault{At: at, Kind: bag[r.IntN(len(bag))], Target: r.IntN(workers)}
 		switch f.Kind {
 		case fStop, fLostReply:

@@ -27,6 +27,7 @@ const (
 	evRet   = "ret"   // it returned, with its result
 	evTrust = "trust" // a holder checked, over [T, To], that it held Name/Tok
 	evNote  = "note"  // free text, for the report
+	evLeak  = "leak"  // a worker's goroutines did not come back to baseline
 )
 
 // Operation names and results.

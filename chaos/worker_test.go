@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -26,6 +27,7 @@ const (
 	envNames    = "CHAOS_NAMES"    // how many names to contend for
 	envWorkload = "CHAOS_WORKLOAD" // lease (default), advisory or leader
 	envPlant    = "CHAOS_PLANT"    // a bug to plant (internal/plant.Names)
+	envNoWrites = "CHAOS_NOWRITES" // lease clients make no guarded writes
 )
 
 // runWorker runs a worker when the test binary was started as one, and
@@ -38,9 +40,15 @@ func runWorker() bool {
 	if b, ok := plant.Names[os.Getenv(envPlant)]; ok {
 		plant.Set(b)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	baseline := runtime.NumGoroutine()
 	rec, err := newRecorder(os.Getenv(envOut), p)
 	if err == nil {
-		err = leaseWorker(rec)
+		err = leaseWorker(ctx, rec)
+	}
+	if err == nil {
+		checkGoroutines(rec, baseline)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos worker:", err)
@@ -50,11 +58,26 @@ func runWorker() bool {
 	return true
 }
 
+// checkGoroutines records a leak event if, once the worker has closed
+// everything it opened, its goroutines do not come back to baseline
+// within ten seconds.
+func checkGoroutines(rec *recorder, baseline int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			buf = buf[:runtime.Stack(buf, true)]
+			rec.write(event{K: evLeak, T: mono(), Val: int64(runtime.NumGoroutine()),
+				Text: fmt.Sprintf("%d goroutines after shutdown, %d at start:\n%s", runtime.NumGoroutine(), baseline, buf)})
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling a count, not synchronizing
+	}
+}
+
 // leaseWorker contends for a few names until SIGTERM: acquire, guarded
 // writes with trust checks, reads, release or abandon to expiry.
-func leaseWorker(rec *recorder) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+func leaseWorker(ctx context.Context, rec *recorder) error {
 	cfg, err := pgxpool.ParseConfig(os.Getenv(envDSN))
 	if err != nil {
 		return err
@@ -160,6 +183,9 @@ func (w *leaseW) round(ctx context.Context) {
 // then a release, or abandonment to expiry, or an overstay past the TTL.
 func (w *leaseW) tenure(ctx context.Context, l *lease.Lease) {
 	writes := 1 + rand.N(4)
+	if os.Getenv(envNoWrites) != "" {
+		writes = 0
+	}
 	for i := 0; i < writes && ctx.Err() == nil; i++ {
 		if !w.trusted(l) {
 			break
@@ -183,7 +209,7 @@ func (w *leaseW) tenure(ctx context.Context, l *lease.Lease) {
 		switch {
 		case err == nil:
 			w.rec.ret(id, resOK, 0, 0)
-			if rand.N(4) == 0 {
+			if rand.N(4) == 0 && os.Getenv(envNoWrites) == "" {
 				w.write(ctx, l) // a stale write: the guard must refuse it
 			}
 			return
@@ -196,7 +222,7 @@ func (w *leaseW) tenure(ctx context.Context, l *lease.Lease) {
 		// works on a while before retrying: exactly where an ambiguous
 		// release that kept the lease live gave two holders.
 		end := time.Now().Add(time.Duration(50+rand.N(400)) * time.Millisecond)
-		for ctx.Err() == nil && time.Now().Before(end) && w.trusted(l) {
+		for ctx.Err() == nil && time.Now().Before(end) && w.trusted(l) && os.Getenv(envNoWrites) == "" {
 			w.write(ctx, l)
 			pause(ctx, 10*time.Millisecond)
 		}
