@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/pglocks/pglocks"
@@ -34,8 +35,9 @@ type Lock struct {
 	cancel context.CancelCauseFunc
 	lost   chan struct{} // closed when the lock ends other than by Unlock
 
-	state lockState // guarded by l.mu
-	err   error     // guarded by l.mu: why it ended, if not by Unlock
+	frozen atomic.Int64 // VerifiedAt once the lock ended, plus 1; 0 while it is held
+	state  lockState    // guarded by l.mu
+	err    error        // guarded by l.mu: why it ended, if not by Unlock
 }
 
 // VerifiedAt returns the send time of the latest round trip on the lock's
@@ -46,6 +48,9 @@ type Lock struct {
 // VerifiedAt plus a grace longer than PingInterval and a round trip, as
 // package leader does. It keeps its last value once the lock has ended.
 func (lk *Lock) VerifiedAt() time.Time {
+	if v := lk.frozen.Load(); v != 0 {
+		return monoBase.Add(time.Duration(v - 1))
+	}
 	return monoBase.Add(time.Duration(lk.sess.verified.Load()))
 }
 
@@ -68,6 +73,9 @@ func (lk *Lock) endLocked(st lockState, err error) {
 		return
 	}
 	lk.state = st
+	// Later round trips on the session (other locks' pings and tries) say
+	// nothing of this lock: VerifiedAt keeps the value it had now.
+	lk.frozen.Store(lk.sess.verified.Load() + 1)
 	lk.err = err
 	id := idOf(lk.key)
 	lk.l.unreserveLocked(id, lk.shared)

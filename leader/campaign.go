@@ -26,7 +26,9 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 		e.unlock(lk)
 		return nil, err
 	}
+	tctx, endTerm := termContext(lk, ls)
 	t := &tenure{
+		endTerm: endTerm,
 		term: Term{
 			Election: e.cfg.Name,
 			Number:   ls.Token(),
@@ -36,6 +38,7 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 			lock:     lk,
 			grace:    e.cfg.Grace,
 			now:      e.storeNow,
+			ctx:      tctx,
 		},
 		lock:   lk,
 		lease:  ls,

@@ -54,18 +54,22 @@ type Elector struct {
 	runExit chan struct{} // closed when the current Run returns
 	closed  bool
 	current *tenure
-	lastErr error
-	errAt   time.Time
+
+	closeDone chan struct{} // closed once Close's work is done; closeErr is set before
+	closeErr  error
+	lastErr   error
+	errAt     time.Time
 }
 
 // tenure is a term being led: the two things held, and the ways to end it.
 type tenure struct {
-	term   Term
-	lock   *advisory.Lock
-	lease  *lease.Lease
-	resign chan struct{} // closed by Resign
-	once   sync.Once
-	done   chan struct{} // closed once stepped down
+	term    Term
+	endTerm context.CancelCauseFunc // ends term.Context: called once stepped down
+	lock    *advisory.Lock
+	lease   *lease.Lease
+	resign  chan struct{} // closed by Resign
+	once    sync.Once
+	done    chan struct{} // closed once stepped down
 }
 
 // New returns an elector for cfg.Name. It validates cfg — errors wrap
@@ -126,26 +130,40 @@ func (e *Elector) Key() pglocks.Key { return e.key }
 // the leader's work is cancelled and, once it has returned, the leader
 // steps down — and returns an error wrapping [ErrClosed]; Close waits for
 // that, then closes the Locker and Store the elector made itself (none, if
-// the Config supplied both). It is idempotent; ctx bounds the wait for Run
-// and releasing the Locker's locks.
+// the Config supplied both). ctx bounds only the wait: if it ends first,
+// Close returns an error and the closing goes on — the elector's own Locker
+// and Store are closed once Run returns — and a later Close waits for it
+// again and returns its result.
 func (e *Elector) Close(ctx context.Context) error {
 	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil
+	if !e.closed {
+		e.closed = true
+		e.closeDone = make(chan struct{})
+		go e.finishClose(e.runExit)
 	}
-	e.closed = true
-	exit := e.runExit
+	done := e.closeDone
 	e.mu.Unlock()
 	e.kill(ErrClosed)
-	if exit != nil {
-		select {
-		case <-exit:
-		case <-ctx.Done():
-			return fmt.Errorf("leader: close %q: Run did not return: %w", e.cfg.Name, context.Cause(ctx))
-		}
+	select {
+	case <-done:
+		return e.closeErr
+	case <-ctx.Done():
+		return fmt.Errorf("leader: close %q: Run has not returned, or what the elector made is not closed yet (it will be): %w",
+			e.cfg.Name, context.Cause(ctx))
 	}
-	return e.closeOwned(ctx, e.cfg)
+}
+
+// finishClose waits for Run to return (exit, if Run was running), then
+// closes what the elector made for itself, whether or not a Close still
+// waits for it: a Close that gives up early leaks nothing.
+func (e *Elector) finishClose(exit <-chan struct{}) {
+	if exit != nil {
+		<-exit
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.closeErr = e.closeOwned(ctx, e.cfg)
+	close(e.closeDone)
 }
 
 func (e *Elector) closeOwned(ctx context.Context, cfg Config) error {

@@ -47,6 +47,7 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 	stopRenew()
 	<-renewDone
 	e.stepDown(t)
+	t.endTerm(reason)
 	e.mu.Lock()
 	e.current = nil
 	e.mu.Unlock()

@@ -29,6 +29,7 @@ type Term struct {
 	lock  *advisory.Lock
 	grace time.Duration
 	now   func() time.Time // the Store's clock: the one lease deadlines are read on
+	ctx   context.Context  // cancelled when the term ends, for any reason
 }
 
 // TrustedUntil returns the local deadline until which this term may be
@@ -39,10 +40,12 @@ type Term struct {
 // advisory session. The leader's context is cancelled when it passes; a
 // leader about to do something it cannot fence — send an email, call an API
 // that ignores the term — should check it first, since a process stalled by
-// the scheduler may run before its timers do. The zero Term's is the zero
-// time.
+// the scheduler may run before its timers do. Once the term has ended — its
+// lease or advisory lock lost, released or broken, or the elector stepped
+// down — it is the zero time, whatever the deadlines said. The zero Term's
+// is the zero time.
 func (t Term) TrustedUntil() time.Time {
-	if t.lease == nil || t.lock == nil {
+	if t.lease == nil || t.lock == nil || t.Context().Err() != nil {
 		return time.Time{}
 	}
 	// The lease's deadline is a reading of the Store's clock: carry the time
@@ -64,10 +67,36 @@ func (t Term) Guard(ctx context.Context, tx pgx.Tx) error {
 	return t.lease.Guard(ctx, tx)
 }
 
-// Context returns a context cancelled when the term's lease is lost,
-// released or broken. The leader's work gets a context cancelled for every
-// reason a term ends; this one only follows the lease.
-func (t Term) Context() context.Context { return t.lease.Context() }
+// Context returns a context cancelled when the term ends, for any reason:
+// its lease or advisory lock is lost, released or broken, or the elector
+// steps down (after Resign, Run's ctx or a passed trust deadline). The
+// context the leader's work gets is cancelled first when the work is asked
+// to return (Resign, Run's ctx), while the term still holds; this one when
+// it no longer does. The zero Term's is cancelled.
+func (t Term) Context() context.Context {
+	if t.ctx == nil {
+		return ended
+	}
+	return t.ctx
+}
+
+// ended is the context of the zero Term.
+var ended = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// termContext returns the context of a term on lk and ls: cancelled when
+// either ends, or by the returned function when the elector steps down.
+func termContext(lk *advisory.Lock, ls *lease.Lease) (context.Context, context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(ls.Context())
+	stop := context.AfterFunc(lk.Context(), func() { cancel(context.Cause(lk.Context())) })
+	return ctx, func(cause error) {
+		stop()
+		cancel(cause)
+	}
+}
 
 // Leader is what a candidate or observer sees of an election's current
 // state, read from the lease row by the server clock.
