@@ -44,8 +44,13 @@ type Config struct {
 	Table string
 
 	// Channel is the LISTEN/NOTIFY channel on which releases are announced
-	// to waiting [Store.Acquire] calls, with the rules of Schema. Stores
-	// sharing a table must share the channel. Default: Table.
+	// to waiting [Store.Acquire] calls, and losses to holders, with the
+	// rules of Schema. Stores sharing a table must share the channel, and
+	// tables in one database must not: a holder would take another
+	// table's Break of the same name for its own loss. (Any role that can
+	// connect can NOTIFY on it: a forged notice can end a lease early, never
+	// extend one or wake a waiter into a held lease.) Default: Table, or
+	// Schema + "_" + Table outside the default schema.
 	Channel string
 
 	// MaxTTL is the longest TTL the store accepts; longer ones are refused
@@ -101,6 +106,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Channel == "" {
 		c.Channel = c.Table
+		if c.Schema != DefaultSchema {
+			c.Channel = c.Schema + "_" + c.Table
+		}
 	}
 	if c.MaxTTL == 0 {
 		c.MaxTTL = DefaultMaxTTL
