@@ -76,8 +76,12 @@
 // and term, expired, that backend holds this election's lock, and it holds
 // no other advisory lock. A session shared with other elections or with the
 // application's locks is never terminated: then the election waits for the
-// server to drop it. So give an election that must fail over fast after a
-// partition a Locker of its own (the default when Config.Locker is nil).
+// server to drop it — and a stopped process (SIGSTOP, a frozen cgroup, a
+// debugger, `docker pause`) is never dropped, since its kernel still
+// answers keepalives: the election then waits until the process resumes
+// (and steps down) or dies. Candidates report the wait in State.LastError.
+// So give an election that must fail over fast after a partition or a
+// stall a Locker of its own (the default when Config.Locker is nil).
 // With termination, the election makes progress within TTL + RetryInterval
 // of the leader's last renewal, given the privilege to terminate — the same
 // role, or membership in pg_signal_backend — and otherwise as soon as the

@@ -32,6 +32,10 @@ var (
 	// ErrWorkDone is the cause of a leader's context when its work function
 	// returned: the leader steps down and campaigns again.
 	ErrWorkDone = errors.New("leader: work returned")
+	// ErrStaleLeader is reported by [Elector.State] while the election
+	// waits for the server to drop the session of a leader whose term
+	// expired, a session it may not terminate (see the package doc).
+	ErrStaleLeader = errors.New("leader: waiting for a stale leader's session to end")
 )
 
 // Elector campaigns in one named election: [Elector.Run] makes this

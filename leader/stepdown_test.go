@@ -192,4 +192,8 @@ func TestTerminateSparesSharedSession(t *testing.T) {
 	if !alive {
 		t.Errorf("the session %d holding an application lock was terminated", pid)
 	}
+	// The wait is not silent: State says why no candidate leads.
+	if st := cb.e.State(); !errors.Is(st.LastError, leader.ErrStaleLeader) {
+		t.Errorf("b's State().LastError = %v, want ErrStaleLeader", st.LastError)
+	}
 }

@@ -57,8 +57,15 @@ func (e *Elector) breakStale(ctx context.Context, stale Leader, fresh bool) {
 	case terminated:
 		e.cfg.Logger.Info("leader: terminated a stale leader's session",
 			"election", e.cfg.Name, "stale", stale.Identity, "term", stale.Term, "pid", stale.sessionPID)
-	case err == nil && fresh:
-		e.cfg.Logger.Info("leader: a stale leader's session still holds the lock, with other locks or none of ours: waiting for the server to drop it",
-			"election", e.cfg.Name, "stale", stale.Identity, "term", stale.Term, "pid", stale.sessionPID)
+	case err == nil:
+		// Not an error of ours, but the reason no candidate leads: State
+		// says so for as long as it lasts (a stopped leader's session is
+		// never dropped by the server).
+		e.setErr(fmt.Errorf("%w: the expired term %d of %s: its session (pid %d) still holds the election's lock, shared with other locks or no longer ours to judge; waiting for the server to drop it",
+			ErrStaleLeader, stale.Term, stale.Identity, stale.sessionPID))
+		if fresh {
+			e.cfg.Logger.Warn("leader: a stale leader's session still holds the lock, with other locks or none of ours: waiting for the server to drop it",
+				"election", e.cfg.Name, "stale", stale.Identity, "term", stale.Term, "pid", stale.sessionPID)
+		}
 	}
 }
