@@ -220,7 +220,7 @@ func (l *local) start(ctx context.Context) error {
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("postgres exited at start: %s", tail(logPath))
+			return fmt.Errorf("%w: %s", errExitedAtStart, tail(logPath))
 		case <-ctx.Done():
 			l.stop(syscall.SIGQUIT)
 			return fmt.Errorf("postgres not ready: %w: %s", context.Cause(ctx), tail(logPath))
@@ -248,9 +248,28 @@ func (l *local) stop(sig syscall.Signal) {
 	}
 }
 
+// errExitedAtStart is the error of a postmaster that exited before it
+// accepted a connection.
+var errExitedAtStart = errors.New("postgres exited at start")
+
+// restart stops the server (fast shutdown) and starts it again. The new
+// postmaster can exit at once while processes of the old one are still
+// going away (after a crash, a backend may outlive its postmaster by a
+// moment, holding the old shared memory): it is started again until ctx
+// ends.
 func (l *local) restart(ctx context.Context) error {
 	l.stop(syscall.SIGINT)
-	return l.start(ctx)
+	for {
+		err := l.start(ctx)
+		if err == nil || !errors.Is(err, errExitedAtStart) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (l *local) close() error {
