@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/lib/pq" // driver "postgres"
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	_ "github.com/lib/pq"              // driver "postgres"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/lease"
