@@ -16,15 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(closing{pgtest.WrapMain(m)})
-}
-
-// closing stops the Example functions' server after the tests ran.
-type closing struct{ m interface{ Run() int } }
-
-func (c closing) Run() int {
-	defer func() { _ = pgtest.CloseExampleServer() }()
-	return c.m.Run()
+	goleak.VerifyTestMain(pgtest.WrapMain(m))
 }
 
 // migrate creates the lease table in db.

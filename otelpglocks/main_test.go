@@ -2,7 +2,6 @@ package otelpglocks_test
 
 import (
 	"context"
-	"log"
 	"testing"
 	"time"
 
@@ -12,19 +11,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(closing{pgtest.WrapMain(m)})
-}
-
-// closing stops the Example functions' server after the tests ran.
-type closing struct{ m interface{ Run() int } }
-
-func (c closing) Run() int {
-	defer func() {
-		if err := pgtest.CloseExampleServer(); err != nil {
-			log.Print(err)
-		}
-	}()
-	return c.m.Run()
+	goleak.VerifyTestMain(pgtest.WrapMain(m))
 }
 
 func ctxT(t testing.TB) context.Context {

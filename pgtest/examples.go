@@ -14,8 +14,8 @@ var examples struct {
 
 // ExampleDSN returns the DSN of a fresh database for an Example function
 // (which has no testing.TB for [New]). The first call starts a server,
-// as [Start] does; later calls reuse it. Close it with
-// [CloseExampleServer] when the tests ran, for instance in TestMain.
+// as [Start] does; later calls reuse it. [Main] and [WrapMain] close it
+// when the tests ran; else call [CloseExampleServer].
 func ExampleDSN(ctx context.Context) (string, error) {
 	examples.mu.Lock()
 	defer examples.mu.Unlock()
