@@ -12,9 +12,17 @@ import (
 // observeAcquire logs and reports the end of an acquire call that started
 // at start, and returns its result unchanged.
 func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.Time, lk *Lock, err error) (*Lock, error) {
-	elapsed := time.Since(start)
+	o := l.cfg.Observer
 	res := acquireResult(err, wait)
+	level := slog.LevelDebug
+	if res == pglocks.ResultError {
+		level = slog.LevelWarn
+	}
 	log := l.cfg.Logger
+	if !log.Enabled(context.Background(), level) && (o == nil || o.Acquire == nil) {
+		return lk, err // nobody listens: skip the clock and the key's formatting
+	}
+	elapsed := time.Since(start)
 	switch res {
 	case pglocks.ResultAcquired:
 		log.Debug("advisory: acquired", "key", key.String(), "shared", shared, "pid", lk.pid, "elapsed", elapsed)
@@ -23,7 +31,7 @@ func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.T
 	default:
 		log.Warn("advisory: acquire failed", "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
 	}
-	if o := l.cfg.Observer; o != nil && o.Acquire != nil {
+	if o != nil && o.Acquire != nil {
 		o.Acquire(pglocks.AcquireEvent{Kind: pglocks.KindAdvisory, Name: key.String(), Shared: shared,
 			Wait: wait, Result: res, Elapsed: elapsed, Err: err})
 	}
@@ -66,8 +74,10 @@ func (lk *Lock) observeEnd(st lockState, err error) {
 	if reason.Lost() {
 		level = slog.LevelWarn
 	}
-	lk.l.cfg.Logger.Log(context.Background(), level, "advisory: "+string(reason),
-		"key", lk.key.String(), "pid", lk.pid, "held", held, "err", err)
+	if log := lk.l.cfg.Logger; log.Enabled(context.Background(), level) {
+		log.Log(context.Background(), level, "advisory: "+string(reason),
+			"key", lk.key.String(), "pid", lk.pid, "held", held, "err", err)
+	}
 	if o := lk.l.cfg.Observer; o != nil && o.End != nil {
 		o.End(pglocks.EndEvent{Kind: pglocks.KindAdvisory, Name: lk.key.String(), Reason: reason, Held: held, Err: err})
 	}
