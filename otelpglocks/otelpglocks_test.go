@@ -266,3 +266,28 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 		t.Fatalf("%s did not come within 30s", what)
 	}
 }
+
+// TestLeaseExpiredReason: a lease that is not renewed before its trust
+// deadline is counted as lost with reason expired.
+func TestLeaseExpiredReason(t *testing.T) {
+	t.Parallel()
+	obs, reader := meter(t)
+	db := pgtest.New(t)
+	ctx := ctxT(t)
+	store := newStore(t, db.NewPool(t), lease.Config{Observer: obs})
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.TryAcquire(ctx, "short", 300*time.Millisecond) // no keep-alive
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, l.Lost(), "the unrenewed lease's loss")
+	c := collect(t, reader)
+	if got := c.sum("pglocks.losses", kindLease, reason("expired")); got != 1 {
+		t.Errorf("losses expired = %d, want 1", got)
+	}
+	if got := c.sum("pglocks.held", kindLease); got != 0 {
+		t.Errorf("held after the loss = %d, want 0", got)
+	}
+}
