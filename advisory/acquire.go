@@ -33,13 +33,13 @@ func (l *Locker) acquire(ctx context.Context, op string, key pglocks.Key, shared
 	if err := l.check(ctx, key); err != nil {
 		return nil, opErr(op, key, err)
 	}
-	id := idOf(key)
+	id, start := idOf(key), time.Now()
 	if err := l.reserve(ctx, id, shared, wait); err != nil {
-		return nil, opErr(op, key, err)
+		return l.observeAcquire(key, shared, wait, start, nil, opErr(op, key, err))
 	}
 	a := &attempt{l: l, ctx: ctx, key: key, id: id, shared: shared, wait: wait, busy: l.cfg.MinBackoff}
 	lk, err := a.run()
-	return lk, opErr(op, key, err)
+	return l.observeAcquire(key, shared, wait, start, lk, opErr(op, key, err))
 }
 
 // run tries until the lock is taken or decide says to return.

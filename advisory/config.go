@@ -3,8 +3,10 @@ package advisory
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/internal/ident"
 )
 
@@ -103,6 +105,16 @@ type Config struct {
 	// session: how long sent data may stay unacknowledged before the server
 	// drops the connection. Default: 10s.
 	TCPUserTimeout time.Duration
+
+	// Logger receives the locker's events, with attributes key, pid,
+	// elapsed, held and err: Debug for acquisitions, busy keys and
+	// releases (routine contention), Warn for failed acquire calls and
+	// lost locks. Default: discard.
+	Logger *slog.Logger
+
+	// Observer receives the locker's events for metrics (see
+	// [pglocks.Observer] and package otelpglocks). Default: none.
+	Observer *pglocks.Observer
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -131,6 +143,9 @@ func (c Config) withDefaults() Config {
 	setDur(&c.KeepalivesIdle, DefaultKeepalivesIdle)
 	setDur(&c.KeepalivesInterval, DefaultKeepalivesInterval)
 	setDur(&c.TCPUserTimeout, DefaultTCPUserTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	return c
 }
 

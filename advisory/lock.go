@@ -30,6 +30,7 @@ type Lock struct {
 	shared bool
 	sess   *session
 	pid    uint32
+	at     time.Time // when the hold began, for metrics and logs
 
 	ctx    context.Context // cancelled when the lock ends
 	cancel context.CancelCauseFunc
@@ -58,7 +59,7 @@ func (lk *Lock) VerifiedAt() time.Time {
 // It takes over the caller's in-process reservation.
 func (l *Locker) newLock(s *session, key pglocks.Key, shared bool) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	lk := &Lock{l: l, key: key, shared: shared, sess: s, pid: s.pid, ctx: ctx, cancel: cancel, lost: make(chan struct{})}
+	lk := &Lock{l: l, key: key, shared: shared, sess: s, pid: s.pid, ctx: ctx, cancel: cancel, lost: make(chan struct{}), at: l.observeStart(key)}
 	l.mu.Lock()
 	s.locks[lk] = struct{}{}
 	l.mu.Unlock()
@@ -77,6 +78,7 @@ func (lk *Lock) endLocked(st lockState, err error) {
 	// nothing of this lock: VerifiedAt keeps the value it had now.
 	lk.frozen.Store(lk.sess.verified.Load() + 1)
 	lk.err = err
+	lk.observeEnd(st, err)
 	id := idOf(lk.key)
 	lk.l.unreserveLocked(id, lk.shared)
 	lk.l.wakeLocked(id)

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -112,6 +111,12 @@ type Config struct {
 	// [Elector.State] for the same facts without a logger.
 	Logger *slog.Logger
 
+	// Observer receives the election's events for metrics: each term's
+	// start and end (see [pglocks.Observer] and package otelpglocks). The
+	// Locker and Store the elector makes itself (when Locker or Store is
+	// nil) report to it too, and log to Logger. Default: none.
+	Observer *pglocks.Observer
+
 	// OnElected is called when this candidate becomes leader, OnDemoted
 	// when it stops being leader, with the reason, and OnNewLeader when a
 	// candidate sees a new leader (itself included). They run one at a
@@ -148,7 +153,7 @@ func (c *Config) setDefaults(ping time.Duration) {
 		c.Channel = DefaultChannel
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 

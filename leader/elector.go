@@ -85,7 +85,7 @@ func New(cfg Config) (*Elector, error) {
 	}
 	e := &Elector{}
 	if cfg.Locker == nil {
-		l, err := advisory.New(cfg.Pool, advisory.Config{})
+		l, err := advisory.New(cfg.Pool, advisory.Config{Logger: cfg.Logger, Observer: cfg.Observer})
 		if err != nil {
 			return nil, fmt.Errorf("leader: %w", err)
 		}
@@ -98,7 +98,7 @@ func New(cfg Config) (*Elector, error) {
 		return nil, err
 	}
 	if cfg.Store == nil {
-		s, err := lease.New(cfg.Pool, lease.Config{})
+		s, err := lease.New(cfg.Pool, lease.Config{Logger: cfg.Logger, Observer: cfg.Observer})
 		if err != nil {
 			e.closeOwned(context.Background(), cfg)
 			return nil, fmt.Errorf("leader: %w", err)

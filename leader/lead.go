@@ -16,6 +16,7 @@ import (
 // work finish under it first.
 func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context, Term) error, hooks *dispatcher) error {
 	e.cfg.Logger.Info("leader: elected", "election", e.cfg.Name, "identity", e.cfg.Identity, "term", t.term.Number)
+	e.observeTerm(t.term.Number, true, nil)
 	if e.cfg.OnElected != nil {
 		term := t.term
 		hooks.do(func() { e.cfg.OnElected(term) })
@@ -53,6 +54,7 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 	e.mu.Unlock()
 	close(t.done)
 	e.cfg.Logger.Info("leader: demoted", "election", e.cfg.Name, "term", t.term.Number, "reason", reason)
+	e.observeTerm(t.term.Number, false, reason)
 	if e.cfg.OnDemoted != nil {
 		term := t.term
 		hooks.do(func() { e.cfg.OnDemoted(term, reason) })

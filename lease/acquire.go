@@ -27,6 +27,13 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 	if err != nil {
 		return nil, wrapAcquire(name, err)
 	}
+	start := s.cfg.Now()
+	l, err := s.acquire(ctx, name, ttl, o)
+	return s.observeAcquire(name, true, start, l, err)
+}
+
+// acquire is Acquire after its input checks.
+func (s *Store) acquire(ctx context.Context, name string, ttl time.Duration, o options) (*Lease, error) {
 	var (
 		lis *listener
 		w   *waiter

@@ -3,10 +3,12 @@ package lease
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/internal/ident"
 )
 
@@ -94,6 +96,16 @@ type Config struct {
 	// monotonic clock (time.Now() does, and so does time.Now().Add(skew)).
 	// Default: time.Now.
 	Now func() time.Time
+
+	// Logger receives the store's events, with attributes lease, owner,
+	// token, elapsed, held and err: Debug for acquisitions, busy leases,
+	// renewals and releases (routine contention), Warn for failed acquire
+	// calls and renewals and for lost leases. Default: discard.
+	Logger *slog.Logger
+
+	// Observer receives the store's events for metrics (see
+	// [pglocks.Observer] and package otelpglocks). Default: none.
+	Observer *pglocks.Observer
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -127,6 +139,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }

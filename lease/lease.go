@@ -28,6 +28,7 @@ type Lease struct {
 	owner uuid.UUID
 	token int64
 	ttl   time.Duration
+	at    time.Time // when the hold began (Config.Now), for metrics and logs
 
 	ctx    context.Context // cancelled when the lease ends
 	cancel context.CancelCauseFunc
@@ -64,6 +65,7 @@ func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, toke
 		return nil, err
 	}
 	l.trust = time.AfterFunc(l.trustUntil.Sub(s.cfg.Now()), l.checkTrust)
+	l.at = s.observeStart(name, token)
 	if keepAlive {
 		l.startKeepAlive()
 	}
@@ -129,6 +131,7 @@ func (l *Lease) end(err error, isLoss bool) bool {
 		return false
 	}
 	l.ended, l.err = true, err
+	l.observeEnd(err, isLoss)
 	l.trust.Stop()
 	if isLoss {
 		close(l.lost)
@@ -187,19 +190,20 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return nil
 }
 
-func (l *Lease) renew(ctx context.Context) error {
+func (l *Lease) renew(ctx context.Context) (err error) {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
 	if err := l.live(); err != nil {
 		return err
 	}
+	defer func(start time.Time) { l.observeRenew(start, err) }(l.store.cfg.Now())
 	var (
 		sent  time.Time
 		exp   time.Time
 		lagUS int64
 	)
-	err := retrySerialization(ctx, func() error {
+	err = retrySerialization(ctx, func() error {
 		sent = l.store.cfg.Now()
 		return noRows(l.store.pool.QueryRow(ctx, l.store.q.renewSQL, l.args()...).Scan(&exp, &lagUS))
 	})

@@ -243,9 +243,10 @@ func (s *Store) TryAcquire(ctx context.Context, name string, ttl time.Duration, 
 	if err != nil {
 		return nil, fmt.Errorf("try acquire lease %q: %w", short(name), err)
 	}
+	start := s.cfg.Now()
 	l, err := s.try(ctx, name, ttl, o)
 	if err != nil {
-		return nil, fmt.Errorf("try acquire lease %q: %w", short(name), err)
+		return s.observeAcquire(name, false, start, nil, fmt.Errorf("try acquire lease %q: %w", short(name), err))
 	}
-	return l, nil
+	return s.observeAcquire(name, false, start, l, nil)
 }

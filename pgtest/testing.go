@@ -27,8 +27,8 @@ func Main(m *testing.M, opts ...Option) {
 	os.Exit(WrapMain(m, opts...).Run())
 }
 
-// WrapMain returns m with a Run that also removes the package's server once
-// the tests have run. Use it where TestMain hands m to something else, such
+// WrapMain returns m with a Run that also removes the package's server (and
+// the Example functions' server of [ExampleDSN]) once the tests have run. Use it where TestMain hands m to something else, such
 // as goleak.VerifyTestMain(pgtest.WrapMain(m)), which then checks for leaked
 // goroutines after pgtest's own are gone.
 func WrapMain(m *testing.M, opts ...Option) interface{ Run() int } {
@@ -42,6 +42,9 @@ type mainRunner struct{ m *testing.M }
 
 func (r mainRunner) Run() int {
 	code := r.m.Run()
+	if err := CloseExampleServer(); err != nil {
+		os.Stderr.WriteString("pgtest: " + err.Error() + "\n")
+	}
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.server != nil {

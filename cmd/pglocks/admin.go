@@ -75,7 +75,7 @@ func withStore(ctx context.Context, dsn string, fn func(*lease.Store) error) err
 		return err
 	}
 	defer pool.Close()
-	store, err := lease.New(pool, lease.Config{})
+	store, err := lease.New(pool, lease.Config{Logger: loggerOf(ctx)})
 	if err != nil {
 		return err
 	}

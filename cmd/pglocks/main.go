@@ -1,6 +1,7 @@
 // Command pglocks is the pglocks toolkit from a shell: flock(1) for
 // PostgreSQL.
 //
+//	pglocks [-v] COMMAND …   (-v: log the library's events to stderr, Debug and up)
 //	pglocks run [--wait D] [--lease] [--ttl D] [--kill-after D] NAME -- CMD [ARGS…]
 //	pglocks status [--json] [NAME]
 //	pglocks key [--sql] NAME
@@ -77,7 +78,7 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage:
+const usage = `usage: pglocks [-v] COMMAND ... (-v logs the library's events to stderr)
   pglocks run [--wait D] [--lease] [--ttl D] [--kill-after D] NAME -- CMD [ARGS...]
   pglocks status [--json] [NAME]
   pglocks key [--sql] NAME
@@ -88,6 +89,7 @@ Every command but key takes --dsn (default: DATABASE_URL, else libpq PG* variabl
 
 // run dispatches a command line and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, args = verbosity(ctx, args, stderr)
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
 		if len(args) == 0 {

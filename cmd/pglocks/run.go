@@ -71,7 +71,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // takeLock takes the session advisory lock KeyOf(name).
 func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Duration) (*held, error) {
-	locker, err := advisory.New(pool, advisory.Config{ApplicationName: "pglocks run"})
+	locker, err := advisory.New(pool, advisory.Config{ApplicationName: "pglocks run", Logger: loggerOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ const maxRenewInterval = 5 * time.Second
 
 // takeLease acquires the lease name with keep-alive.
 func takeLease(ctx context.Context, pool *pgxpool.Pool, name string, ttl, wait time.Duration) (*held, error) {
-	store, err := lease.New(pool, lease.Config{RenewFraction: min(1.0/3, float64(maxRenewInterval)/float64(ttl))})
+	store, err := lease.New(pool, lease.Config{Logger: loggerOf(ctx), RenewFraction: min(1.0/3, float64(maxRenewInterval)/float64(ttl))})
 	if err != nil {
 		return nil, err
 	}

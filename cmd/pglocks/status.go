@@ -101,7 +101,7 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string) (status, e
 	if name != "" {
 		names[pglocks.KeyOf(name).Int64()] = name
 	}
-	store, err := lease.New(pool, lease.Config{})
+	store, err := lease.New(pool, lease.Config{Logger: loggerOf(ctx)})
 	if err != nil {
 		return st, err
 	}

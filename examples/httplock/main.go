@@ -1,6 +1,6 @@
 // Command httplock shows net/http middleware that serializes writes per
 // resource across every instance of a service: a PUT takes the advisory lock
-// "doc:<id>" with TryLock, and while another request holds it the answer is
+// "doc:<id>" with TryLock (through package httplock), and while another request holds it the answer is
 // 429 Too Many Requests with a Retry-After header. The lock is released once
 // the handler has written its response.
 //
@@ -13,19 +13,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/examples/internal/exampledb"
+	"github.com/pglocks/pglocks/httplock"
 )
 
 // retryAfter is what a busy resource tells clients to wait.
@@ -35,29 +33,18 @@ func main() { exampledb.Main(run) }
 
 // serialize lets one request at a time through next per resource, named by
 // the request's {id} path value, across all instances that share the
-// database. A request for a busy resource gets 429 with Retry-After.
-func serialize(locker *advisory.Locker, kind string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := pglocks.KeyOf(kind + ":" + r.PathValue("id"))
-		lk, err := locker.TryLock(r.Context(), key)
-		switch {
-		case errors.Is(err, advisory.ErrLocked):
-			w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter.Seconds())))
-			http.Error(w, kind+" is being written, retry later", http.StatusTooManyRequests)
-			return
-		case err != nil:
-			http.Error(w, "cannot lock "+kind, http.StatusServiceUnavailable)
-			return
-		}
-		// Deferred calls run in reverse: the lock is released last, once
-		// next has written the response.
-		defer lk.Unlock(context.WithoutCancel(r.Context()))
-		// next's context ends if the lock is lost (its session died).
-		ctx, cancel := context.WithCancelCause(r.Context())
-		defer cancel(nil)
-		defer context.AfterFunc(lk.Context(), func() { cancel(context.Cause(lk.Context())) })()
-		next.ServeHTTP(w, r.WithContext(ctx))
+// database: package httplock's middleware on advisory locks. A request for
+// a busy resource gets 429 with Retry-After.
+func serialize(locker *advisory.Locker, kind string, next http.Handler) (http.Handler, error) {
+	mw, err := httplock.New(httplock.Config{
+		Source:     httplock.Advisory(locker),
+		Lock:       func(r *http.Request) (string, bool) { return kind + ":" + r.PathValue("id"), true },
+		RetryAfter: retryAfter,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return mw(next), nil
 }
 
 // instance is one instance of the service.
@@ -89,8 +76,14 @@ func newInstance(ctx context.Context, name, dsn string, slow <-chan struct{}) (*
 		}
 		fmt.Fprintf(w, "saved doc %s\n", r.PathValue("id"))
 	})
+	h, err := serialize(locker, "doc", put)
+	if err != nil {
+		_ = locker.Close(ctx)
+		pool.Close()
+		return nil, err
+	}
 	mux := http.NewServeMux()
-	mux.Handle("PUT /docs/{id}", serialize(locker, "doc", put))
+	mux.Handle("PUT /docs/{id}", h)
 	return &instance{name: name, srv: httptest.NewServer(mux), locker: locker, pool: pool}, nil
 }
 

@@ -1,8 +1,9 @@
 // Command singleflight shows duplicate requests, spread over several
-// processes, that compute an expensive result once: each request looks in a
-// cache table; on a miss it waits for the advisory lock on the key, looks
-// again — another process may have filled it meanwhile — and only then
-// computes and stores the result, under the lock.
+// processes, that compute an expensive result once, with package
+// singleflight: each request looks in a results table; on a miss it waits
+// for the advisory lock on the key, looks again — another process may have
+// filled it meanwhile — and only then computes and stores the result, under
+// the lock.
 //
 //	go run ./examples/singleflight
 //
@@ -22,12 +23,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/examples/internal/exampledb"
+	"github.com/pglocks/pglocks/singleflight"
 )
 
 const (
@@ -37,13 +37,6 @@ const (
 	computeTime = 300 * time.Millisecond
 )
 
-const schema = `
-create table if not exists singleflight_cache (
-	key         text primary key,
-	value       text not null,
-	computed_by text not null
-);`
-
 func main() { exampledb.Main(run) }
 
 // process is one process of the service.
@@ -51,44 +44,18 @@ type process struct {
 	name     string
 	pool     *pgxpool.Pool
 	locker   *advisory.Locker
+	group    *singleflight.Group
 	computed atomic.Int64 // how often this process computed
 }
 
-// source says where a value came from.
-type source int
-
-const (
-	hit      source = iota // in the cache already
-	waited                 // stored by another request while we waited for the lock
-	computed               // computed by this request
-)
-
-// get returns the value for key: from the cache, or computed once across all
-// processes.
-func (p *process) get(ctx context.Context, key string) (value string, from source, err error) {
-	if value, err = p.cached(ctx, key); !errors.Is(err, pgx.ErrNoRows) {
-		return value, hit, err
-	}
-	from = waited
-	err = p.locker.Do(ctx, pglocks.KeyOf("singleflight:"+key), func(ctx context.Context) error {
-		// Whoever held the lock before us may have stored it.
-		if value, err = p.cached(ctx, key); !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if value, err = p.compute(ctx, key); err != nil {
-			return err
-		}
-		from = computed
-		_, err := p.pool.Exec(ctx,
-			`insert into singleflight_cache (key, value, computed_by) values ($1, $2, $3)`, key, value, p.name)
-		return err
+// get returns the value for key: from the stored results, or computed once
+// across all processes (package singleflight, results in a table).
+func (p *process) get(ctx context.Context, key string) (string, singleflight.Source, error) {
+	v, from, err := p.group.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+		s, err := p.compute(ctx, key)
+		return []byte(s), err
 	})
-	return value, from, err
-}
-
-func (p *process) cached(ctx context.Context, key string) (value string, err error) {
-	err = p.pool.QueryRow(ctx, `select value from singleflight_cache where key = $1`, key).Scan(&value)
-	return value, err
+	return string(v), from, err
 }
 
 // compute is the expensive part.
@@ -129,9 +96,14 @@ func run(ctx context.Context, dsn string, out io.Writer) (res tally, err error) 
 			pool.Close()
 			return res, err
 		}
-		ps = append(ps, &process{name: fmt.Sprintf("process-%d", i), pool: pool, locker: locker})
+		table, err := singleflight.NewTable(pool, "", "")
+		if err != nil {
+			return res, err
+		}
+		group := &singleflight.Group{Locker: locker, Results: table, TTL: time.Hour}
+		ps = append(ps, &process{name: fmt.Sprintf("process-%d", i), pool: pool, locker: locker, group: group})
 	}
-	if _, err := ps[0].pool.Exec(ctx, schema); err != nil {
+	if err := ps[0].group.Results.(*singleflight.Table).Migrate(ctx); err != nil {
 		return res, err
 	}
 	key := "quote:" + uuid.NewString()[:8]
@@ -152,10 +124,10 @@ func run(ctx context.Context, dsn string, out io.Writer) (res tally, err error) 
 				switch {
 				case err != nil:
 					errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
-				case from == computed:
+				case from == singleflight.Computed:
 					res.Computed++
 					fmt.Fprintf(out, "%s computed %q under the lock and stored it\n", p.name, v)
-				case from == waited:
+				case from == singleflight.Waited:
 					res.Waited++
 				default:
 					res.Hits++

@@ -1,0 +1,87 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/pglocks/pglocks"
+)
+
+// observeAcquire logs and reports the end of an acquire call that started
+// at start (a reading of Config.Now), and returns its result unchanged.
+func (s *Store) observeAcquire(name string, wait bool, start time.Time, l *Lease, err error) (*Lease, error) {
+	elapsed := s.cfg.Now().Sub(start)
+	res := pglocks.ResultError
+	switch {
+	case err == nil:
+		res = pglocks.ResultAcquired
+		s.cfg.Logger.Debug("lease: acquired", "lease", short(name), "owner", l.owner, "token", l.token, "elapsed", elapsed)
+	case errors.Is(err, ErrHeld), wait && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		res = pglocks.ResultBusy
+		s.cfg.Logger.Debug("lease: busy", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
+	default:
+		s.cfg.Logger.Warn("lease: acquire failed", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
+	}
+	if o := s.cfg.Observer; o != nil && o.Acquire != nil {
+		o.Acquire(pglocks.AcquireEvent{Kind: pglocks.KindLease, Name: name, Wait: wait, Result: res, Elapsed: elapsed, Err: err})
+	}
+	return l, err
+}
+
+// observeStart reports a hold that begins now and returns its start.
+func (s *Store) observeStart(name string, token int64) time.Time {
+	if o := s.cfg.Observer; o != nil && o.Start != nil {
+		o.Start(pglocks.HoldEvent{Kind: pglocks.KindLease, Name: name, Token: token})
+	}
+	return s.cfg.Now()
+}
+
+// observeEnd logs and reports the end of l's hold with cause err. l.mu is
+// held.
+func (l *Lease) observeEnd(err error, isLoss bool) {
+	held := l.store.cfg.Now().Sub(l.at)
+	reason := pglocks.ReasonReleased
+	switch {
+	case !isLoss && err == ErrReleased:
+	case !isLoss:
+		reason = pglocks.ReasonClosed
+	case errors.Is(err, errUnknown):
+		reason = pglocks.ReasonUnknown
+	case errors.Is(err, ErrNotHeld):
+		reason = pglocks.ReasonNotHeld
+	default:
+		reason = pglocks.ReasonExpired
+	}
+	level := slog.LevelDebug
+	if isLoss {
+		level = slog.LevelWarn
+	}
+	l.store.cfg.Logger.Log(context.Background(), level, "lease: "+string(reason), "lease", short(l.name),
+		"owner", l.owner, "token", l.token, "held", held, "err", errIfLoss(err, isLoss))
+	if o := l.store.cfg.Observer; o != nil && o.End != nil {
+		o.End(pglocks.EndEvent{Kind: pglocks.KindLease, Name: l.name, Token: l.token, Reason: reason, Held: held, Err: errIfLoss(err, reason != pglocks.ReasonReleased)})
+	}
+}
+
+func errIfLoss(err error, keep bool) error {
+	if keep {
+		return err
+	}
+	return nil
+}
+
+// observeRenew logs and reports a renewal that started at start and ended
+// with err.
+func (l *Lease) observeRenew(start time.Time, err error) {
+	latency := l.store.cfg.Now().Sub(start)
+	if err != nil {
+		l.store.cfg.Logger.Warn("lease: renew failed", "lease", short(l.name), "owner", l.owner, "token", l.token, "elapsed", latency, "err", err)
+	} else {
+		l.store.cfg.Logger.Debug("lease: renewed", "lease", short(l.name), "token", l.token, "elapsed", latency)
+	}
+	if o := l.store.cfg.Observer; o != nil && o.Renew != nil {
+		o.Renew(pglocks.RenewEvent{Kind: pglocks.KindLease, Name: l.name, Token: l.token, Latency: latency, Err: err})
+	}
+}
