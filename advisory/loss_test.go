@@ -80,18 +80,20 @@ func TestDoCancelledOnLoss(t *testing.T) {
 	b := setup(t)
 	ctx := ctxT(t)
 	key := pglocks.KeyOf("do-loss")
-	err := b.locker.Do(ctx, key, func(ctx context.Context) error {
-		hs, err := b.locker.Holders(ctx, key)
+	err := b.locker.Do(ctx, key, func(fctx context.Context) error {
+		hs, err := b.locker.Holders(fctx, key)
 		if err != nil || len(hs) != 1 {
 			t.Fatalf("Holders inside Do = %v, %v", hs, err)
 		}
-		// Everything of this locker, listener included, is terminated.
+		// Everything of this locker, listener included, is terminated. On
+		// the test's ctx: the loss it causes cancels fctx, perhaps before
+		// TerminateApplication has counted its answer.
 		if n, err := b.db.Server.TerminateApplication(ctx, b.app); err != nil || n < 2 {
 			t.Fatalf("TerminateApplication = %d, %v", n, err)
 		}
 		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		case <-fctx.Done():
+			return context.Cause(fctx)
 		case <-time.After(5 * time.Second):
 			t.Fatal("fn's context was not cancelled on loss")
 			return nil
