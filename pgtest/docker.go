@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -29,12 +30,15 @@ type docker struct {
 func startDocker(ctx context.Context, cfg config) (*Server, error) {
 	pool, err := dockertest.NewPool("")
 	if err != nil {
-		return nil, fmt.Errorf("no Docker client: %w", err)
+		return nil, fmt.Errorf("%w: no Docker client: %w", errNoDaemon, err)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := pool.Client.PingWithContext(pingCtx); err != nil {
-		return nil, fmt.Errorf("no Docker daemon answers at %s: %w", pool.Client.Endpoint(), err)
+		return nil, fmt.Errorf("%w answers at %s: %w", errNoDaemon, pool.Client.Endpoint(), err)
+	}
+	if err := ensureImage(ctx, pool, cfg.image); err != nil {
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
@@ -91,7 +95,7 @@ func dockerRunOptions(cfg config, hostPort int) *dockertest.RunOptions {
 		Env:        []string{"POSTGRES_HOST_AUTH_METHOD=trust", "POSTGRES_INITDB_ARGS=--no-sync"},
 		Entrypoint: []string{"/bin/sh", "-c", `while :; do docker-entrypoint.sh postgres "$@"; done`, "pgtest"},
 		Cmd:        args,
-		Labels:     map[string]string{"org.pglocks.pgtest": "1"},
+		Labels:     map[string]string{"org.pglocks.pgtest": "1", "org.pglocks.pgtest.pid": strconv.Itoa(os.Getpid())},
 		PortBindings: map[dc.Port][]dc.PortBinding{
 			"5432/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(hostPort)}},
 		},
