@@ -26,7 +26,7 @@ var errNoDaemon = errors.New("no Docker daemon")
 
 // errNoImage wraps the reason an image cannot be had; its log line is
 // written once per process and image, by ensureImage.
-var errNoImage = errors.New("no image")
+var errNoImage = errors.New("image not available")
 
 // unavailable remembers, for the life of the process, the images that could
 // not be had, with why: later starts skip Docker for them at once, and the
@@ -52,7 +52,7 @@ func ensureImage(ctx context.Context, pool *dockertest.Pool, image string) error
 		return fmt.Errorf("inspect image %s: %w", image, err)
 	}
 	if err := pull(ctx, pool.Client, image); err != nil {
-		err = fmt.Errorf("image %s is not here and cannot be pulled: %w (%w)", image, err, errNoImage)
+		err = fmt.Errorf("%w: %s is not on the engine, and %w", errNoImage, image, err)
 		if ctx.Err() == nil { // not the caller's deadline: the image's fault
 			if _, loaded := unavailable.LoadOrStore(image, err); !loaded {
 				logf("Docker answers, but %v; falling back to local binaries (set PGTEST_IMAGE to a local image, see pgtest/image/build.sh, or PGTEST_DOCKER=0)", err)
