@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -24,7 +25,7 @@ type docker struct {
 	resource *dockertest.Resource
 	reaper   *reaper
 	dsn      string
-	port     int
+	addr     string // host:port the DSN connects to
 }
 
 func startDocker(ctx context.Context, cfg config) (*Server, error) {
@@ -47,11 +48,15 @@ func startDocker(ctx context.Context, cfg config) (*Server, error) {
 	res, err := pool.RunWithOptions(dockerRunOptions(cfg, port), func(hc *dc.HostConfig) {
 		hc.AutoRemove = true
 		hc.RestartPolicy = dc.RestartPolicy{Name: "no"}
+		// The cluster in memory: a throwaway one needs no disk, and a
+		// per-test database is copied 3-4× faster than on the image's
+		// overlay filesystem (measured on fuse-overlayfs).
+		hc.Tmpfs = map[string]string{dockerDataParent: "mode=1777"}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", cfg.image, err)
 	}
-	d := &docker{pool: pool, resource: res, port: port,
+	d := &docker{pool: pool, resource: res, addr: fmt.Sprintf("127.0.0.1:%d", port),
 		dsn: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", port)}
 	ok := false
 	defer func() {
@@ -69,12 +74,48 @@ func startDocker(ctx context.Context, cfg config) (*Server, error) {
 	if err := pool.Retry(func() error { return ping(ctx, d.dsn) }); err != nil {
 		return nil, fmt.Errorf("container %s not ready: %w", shortID(res.Container.ID), err)
 	}
+	d.preferDirect(ctx)
 	s := &Server{mode: ModeDocker, cfg: cfg, adminDSN: d.dsn, backend: d}
 	if err := s.init(ctx, "pgtest_template"); err != nil {
 		return nil, fmt.Errorf("container %s: %w", shortID(res.Container.ID), err)
 	}
 	ok = true
 	return s, nil
+}
+
+// dockerDataParent holds PGDATA (/var/lib/postgresql/data) in the official
+// image and in pgtest/image/build.sh's.
+const dockerDataParent = "/var/lib/postgresql"
+
+// preferDirect switches to the container's own address when this host
+// reaches it (Linux, local engine) and finds the same server there: every
+// round trip then skips docker-proxy (0.15 ms instead of 0.65 ms for a
+// SELECT 1 here). Otherwise the published loopback port stays.
+func (d *docker) preferDirect(ctx context.Context) {
+	ip := d.resource.Container.NetworkSettings.IPAddress
+	if ip == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	direct := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", net.JoinHostPort(ip, "5432"))
+	a, errA := systemID(ctx, d.dsn)
+	b, errB := systemID(ctx, direct)
+	if errA == nil && errB == nil && a == b {
+		d.dsn, d.addr = direct, net.JoinHostPort(ip, "5432")
+	}
+}
+
+// systemID returns the cluster's system identifier, unique to its initdb.
+func systemID(ctx context.Context, dsn string) (int64, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var id int64
+	err = conn.QueryRow(ctx, "select system_identifier from pg_control_system()").Scan(&id)
+	return id, err
 }
 
 // dockerRunOptions runs the image with PID 1 a loop that starts PostgreSQL
@@ -173,5 +214,5 @@ func (d *docker) close() error {
 }
 
 func (d *docker) describe() string {
-	return fmt.Sprintf("127.0.0.1:%d (container %s)", d.port, shortID(d.resource.Container.ID))
+	return fmt.Sprintf("%s (container %s)", d.addr, shortID(d.resource.Container.ID))
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
 	"github.com/pglocks/pglocks/pgtest"
@@ -91,6 +92,7 @@ func TestDocker(t *testing.T) {
 	})
 	// Restart and Close need the server to themselves.
 	t.Run("Restart", func(t *testing.T) { testRestart(t, srv) })
+	t.Run("RequirePasswords", func(t *testing.T) { testRequirePasswords(t, srv) })
 	t.Run("CloseRemovesContainer", func(t *testing.T) {
 		id := containerID(t, srv)
 		if err := srv.Close(); err != nil {
@@ -151,4 +153,40 @@ func logCreateDatabaseTime(t *testing.T, srv *pgtest.Server) {
 	t.Logf("per-test database on %s: median %v of %d (min %v, max %v)",
 		srv.Mode(), took[len(took)/2].Round(time.Millisecond), len(took),
 		took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+}
+
+// testRequirePasswords proves RequirePasswords on srv, which no other test
+// may be using: a role's wrong password is refused, its right one and
+// pgtest's own superuser connections still work.
+func testRequirePasswords(t *testing.T, srv *pgtest.Server) {
+	ctx := ctxT(t, time.Minute)
+	if err := srv.RequirePasswords(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := srv.NewDB(t) // pgtest's superuser still connects
+	if _, err := db.Conn(t).Exec(ctx, "create role pgtest_pw login password 'right'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, srv.DSN()); err == nil {
+			_, _ = conn.Exec(ctx, "drop role if exists pgtest_pw")
+			_ = conn.Close(ctx)
+		}
+	})
+	for pw, want := range map[string]string{"right": "", "wrong": "28P01"} {
+		cfg, err := pgx.ParseConfig(db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.User, cfg.Password = "pgtest_pw", pw
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			_ = conn.Close(ctx)
+		}
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("password %q: %v, want %q", pw, err, want)
+		}
+	}
 }
