@@ -12,8 +12,10 @@
 //  2. Docker, through github.com/ory/dockertest/v3, when a daemon answers:
 //     image PGTEST_IMAGE, else postgres:16-alpine, pulled if the engine
 //     lacks it. The container is AutoRemove, expires after two hours
-//     whatever happens, and is ready when a connection succeeds
-//     (dockertest's Pool.Retry). An image that is not on the engine and
+//     whatever happens, keeps its cluster in memory (tmpfs), and is ready
+//     when a connection succeeds; where this host reaches the container's
+//     own address, pgtest connects there rather than through the published
+//     loopback port (docker-proxy). An image that is not on the engine and
 //     whose pull shows no progress for 4 s (no registry, no network) is
 //     given up: pgtest logs why to stderr, once per process and image, and
 //     goes on to local binaries without trying that image again.

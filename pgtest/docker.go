@@ -70,8 +70,7 @@ func startDocker(ctx context.Context, cfg config) (*Server, error) {
 	if err := res.Expire(dockerExpire); err != nil {
 		return nil, err
 	}
-	pool.MaxWait = 2 * time.Minute
-	if err := pool.Retry(func() error { return ping(ctx, d.dsn) }); err != nil {
+	if err := waitReady(ctx, d.dsn, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("container %s not ready: %w", shortID(res.Container.ID), err)
 	}
 	d.preferDirect(ctx)
@@ -153,6 +152,25 @@ func splitImage(image string) (repo, tag string) {
 }
 
 func shortID(id string) string { return id[:min(12, len(id))] }
+
+// waitReady polls dsn until a connection succeeds, for at most limit.
+// (Not dockertest's Pool.Retry: its backoff sleeps seconds between tries,
+// which were most of a container's start.)
+func waitReady(ctx context.Context, dsn string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		err := ping(ctx, dsn)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+}
 
 func ping(ctx context.Context, dsn string) error {
 	conn, err := pgx.Connect(ctx, dsn)

@@ -45,7 +45,8 @@ ln -s usr/lib "$root/lib"
 ln -s usr/lib64 "$root/lib64"
 # World-writable (sticky), so that the image needs no chown: the server
 # runs as the postgres user, whoever built the image.
-chmod 1777 "$root"/tmp "$root"/var/lib/postgresql "$root"/var/run/postgresql
+mkdir -p "$root"/usr/share/pgtest
+chmod 1777 "$root"/tmp "$root"/var/lib/postgresql "$root"/var/run/postgresql "$root"/usr/share/pgtest
 
 # copy PATH... copies files to the same path under $root, following symlinks.
 copy() {
@@ -65,7 +66,7 @@ cp -a "$share" "$root$share"
 [ -d /usr/share/zoneinfo ] && cp -a /usr/share/zoneinfo "$root/usr/share/"
 
 # A shell and the few tools the entrypoint and pgtest's docker exec use.
-for t in sh head cat rm mkdir ls env id sleep; do
+for t in sh head cat cp rm mkdir ls env id sleep; do
 	p=$(command -v "$t") || { echo "build.sh: no $t here" >&2; exit 1; }
 	cp -L "$p" "$root/usr/bin/$t"
 done
@@ -86,15 +87,31 @@ postgres:x:999:
 GROUP
 install -m 0755 "$here/docker-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
 
-tar --numeric-owner --owner=0 --group=0 -C "$root" -c . | docker import \
-	--change "USER postgres" \
-	--change "ENV PATH=/usr/local/bin:$bindir:/usr/bin" \
-	--change "ENV PGDATA=/var/lib/postgresql/data" \
-	--change "ENTRYPOINT [\"docker-entrypoint.sh\"]" \
-	--change "CMD [\"postgres\"]" \
-	--change "EXPOSE 5432" \
-	--change "LABEL org.pglocks.pgtest.build=$build" \
-	- "$image" >/dev/null
+config=(
+	--change "USER postgres"
+	--change "ENV PATH=/usr/local/bin:$bindir:/usr/bin"
+	--change "ENV PGDATA=/var/lib/postgresql/data"
+	--change "ENTRYPOINT [\"docker-entrypoint.sh\"]"
+	--change "CMD [\"postgres\"]"
+	--change "EXPOSE 5432"
+	--change "LABEL org.pglocks.pgtest.build=$build"
+)
+base=$image-base-$build
+tar --numeric-owner --owner=0 --group=0 -C "$root" -c . | docker import "${config[@]}" - "$base" >/dev/null
+# A cluster made once, here, that the entrypoint copies instead of running
+# initdb when started as pgtest starts it (trust, user postgres): initdb
+# takes seconds, a copy milliseconds.
+maker=pgtest-image-build-$$
+if ! out=$(docker run --name "$maker" --entrypoint sh "$base" -c 'PGDATA=/usr/share/pgtest/cluster \
+	POSTGRES_HOST_AUTH_METHOD=trust POSTGRES_INITDB_ARGS=--no-sync docker-entrypoint.sh postgres --version' 2>&1); then
+	echo "$out" >&2
+	docker rm "$maker" >/dev/null 2>&1 || true
+	docker rmi "$base" >/dev/null 2>&1 || true
+	exit 1
+fi
+docker commit "${config[@]}" "$maker" "$image" >/dev/null
+docker rm "$maker" >/dev/null
+docker rmi "$base" >/dev/null
 new=$(docker image inspect -f '{{.Id}}' "$image")
 if [ -n "$old" ] && [ "$old" != "$new" ]; then
 	docker rmi "$old" >/dev/null 2>&1 || true # an outdated build, unless a container uses it

@@ -16,6 +16,13 @@ shift
 user=${POSTGRES_USER:-postgres}
 db=${POSTGRES_DB:-$user}
 auth=${POSTGRES_HOST_AUTH_METHOD:-scram-sha-256}
+cluster=/usr/share/pgtest/cluster # made by build.sh with the defaults below
+if [ ! -s "$PGDATA/PG_VERSION" ] && [ -s "$cluster/PG_VERSION" ] && [ "$user" = postgres ] &&
+	[ "$db" = postgres ] && [ "$auth" = trust ] && [ -z "$POSTGRES_PASSWORD" ] &&
+	{ [ -z "$POSTGRES_INITDB_ARGS" ] || [ "$POSTGRES_INITDB_ARGS" = --no-sync ]; }; then
+	# pgtest's case: a copy of the cluster initdb made at build time.
+	cp -a "$cluster" "$PGDATA"
+fi
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	if [ "$auth" != trust ] && [ -z "$POSTGRES_PASSWORD" ]; then
 		echo "docker-entrypoint.sh: set POSTGRES_PASSWORD, or POSTGRES_HOST_AUTH_METHOD=trust" >&2
