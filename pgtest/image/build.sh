@@ -4,7 +4,10 @@
 # filesystem is assembled from this machine's own PostgreSQL installation —
 # the server binaries, their data files and every shared library ldd finds —
 # plus a shell, and imported with `docker import`. Its entrypoint,
-# docker-entrypoint.sh, behaves as the official image's does for pgtest.
+# docker-entrypoint.sh, behaves as the official image's does for pgtest. A
+# cluster initdb'd once, at build time, is committed into the image; the
+# entrypoint copies it rather than running initdb when started with
+# pgtest's settings (POSTGRES_HOST_AUTH_METHOD=trust, user postgres).
 #
 # Usage: pgtest/image/build.sh [IMAGE]    (default: pgtest-local/postgres:MAJOR)
 # Environment: PGTEST_BINDIR, the PostgreSQL bin directory (default: the

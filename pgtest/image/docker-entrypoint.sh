@@ -7,6 +7,9 @@
 # POSTGRES_HOST_AUTH_METHOD (trust, md5, scram-sha-256; default
 # scram-sha-256, which needs POSTGRES_PASSWORD), POSTGRES_DB (default: the
 # user's name), POSTGRES_INITDB_ARGS. Not honoured: /docker-entrypoint-initdb.d.
+# With trust, user and database postgres, no password and no initdb
+# arguments but --no-sync, the cluster build.sh made is copied instead of
+# running initdb.
 set -e
 if [ "$1" != postgres ]; then
 	exec "$@"
