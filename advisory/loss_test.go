@@ -78,18 +78,20 @@ func TestDoCancelledOnLoss(t *testing.T) {
 	b := setup(t)
 	ctx := ctxT(t)
 	key := pglocks.KeyOf("do-loss")
-	err := b.locker.Do(ctx, key, func(ctx context.Context) error {
+	err := b.locker.Do(ctx, key, func(fctx context.Context) error {
 		hs, err := b.locker.Holders(ctx, key)
 		if err != nil || len(hs) != 1 {
 			t.Fatalf("Holders inside Do = %v, %v", hs, err)
 		}
-		// Everything of this locker, listener included, is terminated.
+		// Everything of this locker, listener included, is terminated. Not
+		// with fctx: the loss this causes cancels it, maybe before
+		// TerminateApplication has seen every backend gone.
 		if n, err := b.db.Server.TerminateApplication(ctx, b.app); err != nil || n < 2 {
 			t.Fatalf("TerminateApplication = %d, %v", n, err)
 		}
 		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		case <-fctx.Done():
+			return context.Cause(fctx)
 		case <-time.After(5 * time.Second):
 			t.Fatal("fn's context was not cancelled on loss")
 			return nil
