@@ -10,10 +10,18 @@
 //     string). pgtest creates and drops databases there and leaves it
 //     running; tests that need a private server are skipped.
 //  2. Docker, through github.com/ory/dockertest/v3, when a daemon answers:
-//     image PGTEST_IMAGE, else postgres:16-alpine. The container is
-//     AutoRemove, expires after two hours whatever happens, and is ready
-//     when a connection succeeds (dockertest's Pool.Retry). PGTEST_DOCKER=0
-//     skips this step.
+//     image PGTEST_IMAGE, else postgres:16-alpine, pulled if the engine
+//     lacks it. The container is AutoRemove, expires after two hours
+//     whatever happens, keeps its cluster in memory (tmpfs), and is ready
+//     when a connection succeeds; where this host reaches the container's
+//     own address, pgtest connects there rather than through the published
+//     loopback port (docker-proxy). An image that is not on the engine and
+//     whose pull shows no progress for 4 s (no registry, no network) is
+//     given up: pgtest logs why to stderr, once per process and image, and
+//     goes on to local binaries without trying that image again.
+//     PGTEST_DOCKER=0 skips this step. Any image whose docker-entrypoint.sh
+//     works as the official one's does will do; pgtest/image/build.sh builds
+//     one from this machine's PostgreSQL, without a registry.
 //  3. Local binaries: initdb and postgres from PGTEST_BINDIR, else PATH, else
 //     `pg_config --bindir`, else the newest /usr/lib/postgresql/*/bin. The
 //     cluster lives in a temp dir with its Unix socket, listens on a free

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -23,18 +25,21 @@ type docker struct {
 	resource *dockertest.Resource
 	reaper   *reaper
 	dsn      string
-	port     int
+	addr     string // host:port the DSN connects to
 }
 
 func startDocker(ctx context.Context, cfg config) (*Server, error) {
 	pool, err := dockertest.NewPool("")
 	if err != nil {
-		return nil, fmt.Errorf("no Docker client: %w", err)
+		return nil, fmt.Errorf("%w: no Docker client: %w", errNoDaemon, err)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := pool.Client.PingWithContext(pingCtx); err != nil {
-		return nil, fmt.Errorf("no Docker daemon answers at %s: %w", pool.Client.Endpoint(), err)
+		return nil, fmt.Errorf("%w answers at %s: %w", errNoDaemon, pool.Client.Endpoint(), err)
+	}
+	if err := ensureImage(ctx, pool, cfg.image); err != nil {
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
@@ -43,11 +48,15 @@ func startDocker(ctx context.Context, cfg config) (*Server, error) {
 	res, err := pool.RunWithOptions(dockerRunOptions(cfg, port), func(hc *dc.HostConfig) {
 		hc.AutoRemove = true
 		hc.RestartPolicy = dc.RestartPolicy{Name: "no"}
+		// The cluster in memory: a throwaway one needs no disk, and a
+		// per-test database is copied 3-4× faster than on the image's
+		// overlay filesystem (measured on fuse-overlayfs).
+		hc.Tmpfs = map[string]string{dockerDataParent: "mode=1777"}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", cfg.image, err)
 	}
-	d := &docker{pool: pool, resource: res, port: port,
+	d := &docker{pool: pool, resource: res, addr: fmt.Sprintf("127.0.0.1:%d", port),
 		dsn: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", port)}
 	ok := false
 	defer func() {
@@ -61,16 +70,51 @@ func startDocker(ctx context.Context, cfg config) (*Server, error) {
 	if err := res.Expire(dockerExpire); err != nil {
 		return nil, err
 	}
-	pool.MaxWait = 2 * time.Minute
-	if err := pool.Retry(func() error { return ping(ctx, d.dsn) }); err != nil {
+	if err := waitReady(ctx, d.dsn, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("container %s not ready: %w", shortID(res.Container.ID), err)
 	}
+	d.preferDirect(ctx)
 	s := &Server{mode: ModeDocker, cfg: cfg, adminDSN: d.dsn, backend: d}
 	if err := s.init(ctx, "pgtest_template"); err != nil {
 		return nil, fmt.Errorf("container %s: %w", shortID(res.Container.ID), err)
 	}
 	ok = true
 	return s, nil
+}
+
+// dockerDataParent holds PGDATA (/var/lib/postgresql/data) in the official
+// image and in pgtest/image/build.sh's.
+const dockerDataParent = "/var/lib/postgresql"
+
+// preferDirect switches to the container's own address when this host
+// reaches it (Linux, local engine) and finds the same server there: every
+// round trip then skips docker-proxy (0.15 ms instead of 0.65 ms for a
+// SELECT 1 here). Otherwise the published loopback port stays.
+func (d *docker) preferDirect(ctx context.Context) {
+	ip := d.resource.Container.NetworkSettings.IPAddress
+	if ip == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	direct := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", net.JoinHostPort(ip, "5432"))
+	a, errA := systemID(ctx, d.dsn)
+	b, errB := systemID(ctx, direct)
+	if errA == nil && errB == nil && a == b {
+		d.dsn, d.addr = direct, net.JoinHostPort(ip, "5432")
+	}
+}
+
+// systemID returns the cluster's system identifier, unique to its initdb.
+func systemID(ctx context.Context, dsn string) (int64, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var id int64
+	err = conn.QueryRow(ctx, "select system_identifier from pg_control_system()").Scan(&id)
+	return id, err
 }
 
 // dockerRunOptions runs the image with PID 1 a loop that starts PostgreSQL
@@ -91,7 +135,7 @@ func dockerRunOptions(cfg config, hostPort int) *dockertest.RunOptions {
 		Env:        []string{"POSTGRES_HOST_AUTH_METHOD=trust", "POSTGRES_INITDB_ARGS=--no-sync"},
 		Entrypoint: []string{"/bin/sh", "-c", `while :; do docker-entrypoint.sh postgres "$@"; done`, "pgtest"},
 		Cmd:        args,
-		Labels:     map[string]string{"org.pglocks.pgtest": "1"},
+		Labels:     map[string]string{"org.pglocks.pgtest": "1", "org.pglocks.pgtest.pid": strconv.Itoa(os.Getpid())},
 		PortBindings: map[dc.Port][]dc.PortBinding{
 			"5432/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(hostPort)}},
 		},
@@ -108,6 +152,25 @@ func splitImage(image string) (repo, tag string) {
 }
 
 func shortID(id string) string { return id[:min(12, len(id))] }
+
+// waitReady polls dsn until a connection succeeds, for at most limit.
+// (Not dockertest's Pool.Retry: its backoff sleeps seconds between tries,
+// which were most of a container's start.)
+func waitReady(ctx context.Context, dsn string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		err := ping(ctx, dsn)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+}
 
 func ping(ctx context.Context, dsn string) error {
 	conn, err := pgx.Connect(ctx, dsn)
@@ -169,5 +232,5 @@ func (d *docker) close() error {
 }
 
 func (d *docker) describe() string {
-	return fmt.Sprintf("127.0.0.1:%d (container %s)", d.port, shortID(d.resource.Container.ID))
+	return fmt.Sprintf("%s (container %s)", d.addr, shortID(d.resource.Container.ID))
 }

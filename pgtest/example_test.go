@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,4 +37,14 @@ func ExampleStart() {
 	}
 	fmt.Println("1 + 1 =", sum)
 	// Output: 1 + 1 = 2
+}
+
+// A package's TestMain that runs its tests on a PostgreSQL container:
+// pgtest.Main(m) alone does that whenever a Docker engine answers, with the
+// image PGTEST_IMAGE names (default postgres:16-alpine); WithImage fixes
+// the image in code instead. With PGTEST_DSN set the tests use that server;
+// with PGTEST_DOCKER=0, or no engine, local PostgreSQL binaries.
+func ExampleMain_docker() {
+	var m *testing.M // TestMain's argument
+	pgtest.Main(m, pgtest.WithImage("postgres:16-alpine"))
 }

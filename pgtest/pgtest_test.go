@@ -36,16 +36,21 @@ func currentDatabase(t *testing.T, conn *pgx.Conn) string {
 
 func TestNew(t *testing.T) {
 	t.Parallel()
+	testNew(t, pgtest.SharedServer(t))
+}
+
+// testNew proves per-test databases on srv: fresh, isolated, dropped.
+func testNew(t *testing.T, srv *pgtest.Server) {
 	t.Run("FreshDatabase", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
+		db := srv.NewDB(t)
 		if got := currentDatabase(t, db.Conn(t)); got != db.Name {
 			t.Fatalf("connected to %q, want %q", got, db.Name)
 		}
 	})
 	t.Run("Isolated", func(t *testing.T) {
 		t.Parallel()
-		a, b := pgtest.New(t), pgtest.New(t)
+		a, b := srv.NewDB(t), srv.NewDB(t)
 		if a.Name == b.Name {
 			t.Fatalf("two tests share database %q", a.Name)
 		}
@@ -64,9 +69,9 @@ func TestNew(t *testing.T) {
 	t.Run("DroppedAtCleanup", func(t *testing.T) {
 		t.Parallel()
 		var name string
-		t.Run("Inner", func(t *testing.T) { name = pgtest.New(t).Name })
+		t.Run("Inner", func(t *testing.T) { name = srv.NewDB(t).Name })
 		var exists bool
-		admin := connect(t, pgtest.SharedServer(t).DSN())
+		admin := connect(t, srv.DSN())
 		if err := admin.QueryRow(ctxT(t, 30*time.Second),
 			"select exists(select 1 from pg_database where datname = $1)", name).Scan(&exists); err != nil {
 			t.Fatal(err)
@@ -77,7 +82,7 @@ func TestNew(t *testing.T) {
 	})
 	t.Run("Pool", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
+		db := srv.NewDB(t)
 		pool := db.NewPool(t)
 		var one int
 		if err := pool.QueryRow(ctxT(t, 30*time.Second), "select 1").Scan(&one); err != nil || one != 1 {
@@ -105,7 +110,11 @@ func backendPID(t *testing.T, conn *pgx.Conn) uint32 {
 
 func TestTerminateBackend(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
+	testTerminateBackend(t, pgtest.SharedServer(t))
+}
+
+func testTerminateBackend(t *testing.T, srv *pgtest.Server) {
+	db := srv.NewDB(t)
 	victim, bystander := db.Conn(t), db.Conn(t)
 	ctx := ctxT(t, 30*time.Second)
 	if err := db.Server.TerminateBackend(ctx, backendPID(t, victim)); err != nil {
@@ -124,7 +133,11 @@ func TestTerminateBackend(t *testing.T) {
 
 func TestTerminateApplication(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
+	testTerminateApplication(t, pgtest.SharedServer(t))
+}
+
+func testTerminateApplication(t *testing.T, srv *pgtest.Server) {
+	db := srv.NewDB(t)
 	app := "pgtest-victim-" + db.Name
 	var victims []*pgx.Conn
 	for range 3 {
@@ -157,7 +170,12 @@ func TestTerminateApplication(t *testing.T) {
 
 func TestRestartDropsEverySession(t *testing.T) {
 	t.Parallel()
-	srv := pgtest.NewServer(t, pgtest.WithoutDocker())
+	testRestart(t, pgtest.NewServer(t, pgtest.WithoutDocker()))
+}
+
+// testRestart proves Restart on srv, which no other test may be using: every
+// session is dropped, committed data survives, the address stays.
+func testRestart(t *testing.T, srv *pgtest.Server) {
 	db := srv.NewDB(t)
 	before := db.Conn(t)
 	ctx := ctxT(t, 2*time.Minute)

@@ -11,9 +11,14 @@ import (
 
 func TestProxy(t *testing.T) {
 	t.Parallel()
+	testProxy(t, pgtest.SharedServer(t))
+}
+
+// testProxy proves the proxy's byte-level faults in front of srv.
+func testProxy(t *testing.T, srv *pgtest.Server) {
 	t.Run("Pass", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
+		db := srv.NewDB(t)
 		_, dsn := db.Proxy(t)
 		if got := currentDatabase(t, connect(t, dsn)); got != db.Name {
 			t.Fatalf("through the proxy: connected to %q, want %q", got, db.Name)
@@ -21,7 +26,7 @@ func TestProxy(t *testing.T) {
 	})
 	t.Run("Blackhole", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
+		db := srv.NewDB(t)
 		p, dsn := db.Proxy(t)
 		proxied, direct := connect(t, dsn), db.Conn(t)
 		p.Blackhole()
@@ -48,7 +53,7 @@ func TestProxy(t *testing.T) {
 	})
 	t.Run("Reset", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
+		db := srv.NewDB(t)
 		p, dsn := db.Proxy(t)
 		conn := connect(t, dsn)
 		if n := p.Reset(); n != 1 {
@@ -64,7 +69,7 @@ func TestProxy(t *testing.T) {
 	})
 	t.Run("Latency", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
+		db := srv.NewDB(t)
 		p, dsn := db.Proxy(t)
 		conn := connect(t, dsn)
 		const latency = 50 * time.Millisecond
@@ -80,7 +85,7 @@ func TestProxy(t *testing.T) {
 	})
 	t.Run("CloseIsIdempotent", func(t *testing.T) {
 		t.Parallel()
-		addr, err := pgtest.SharedServer(t).Addr()
+		addr, err := srv.Addr()
 		if err != nil {
 			t.Fatal(err)
 		}

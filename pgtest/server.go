@@ -78,6 +78,9 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 			return s, nil
 		}
 		why = append(why, "Docker: "+err.Error())
+		if !errors.Is(err, errNoDaemon) && !errors.Is(err, errNoImage) {
+			logf("Docker: %v; falling back to local binaries", err)
+		}
 	} else {
 		why = append(why, "Docker: disabled by PGTEST_DOCKER=0")
 	}

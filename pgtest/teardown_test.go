@@ -37,18 +37,24 @@ func teardownChildMain(m *testing.M) int {
 }
 
 // TestTeardownChild is the child process of TestTeardown: it reports where
-// its server lives, and then dies as PGTEST_CHILD_FAULT says.
+// its server lives — DATADIR=dir for a local server, CONTAINER=id for a
+// Docker one — and then dies as PGTEST_CHILD_FAULT says.
 func TestTeardownChild(t *testing.T) {
 	fault := os.Getenv("PGTEST_CHILD_FAULT")
 	if fault == "" {
 		t.Skip("helper process of TestTeardown")
 	}
 	conn := connect(t, childServer.DSN())
-	var dataDir string
-	if err := conn.QueryRow(ctxT(t, time.Minute), "show data_directory").Scan(&dataDir); err != nil {
+	// In a container, /etc/hostname is the container's short ID.
+	where, query := "DATADIR", "show data_directory"
+	if childServer.Mode() == pgtest.ModeDocker {
+		where, query = "CONTAINER", "select trim(pg_read_file('/etc/hostname'), E'\\n')"
+	}
+	var v string
+	if err := conn.QueryRow(ctxT(t, time.Minute), query).Scan(&v); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("DATADIR=%s\n", dataDir)
+	fmt.Printf("%s=%s\n", where, v)
 	// Wait until the parent has seen the server's processes.
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		t.Fatal(err)
@@ -71,57 +77,9 @@ func TestTeardown(t *testing.T) {
 	for _, fault := range []string{"panic", "timeout", "sigint", "sigkill"} {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
+			child := teardownChild(t, fault, "PGTEST_DOCKER=0")
 			ctx := ctxT(t, 2*time.Minute)
-			// Only the timeout fault relies on -test.timeout; the others die
-			// of their fault once told to go.
-			timeout := "10m"
-			if fault == "timeout" {
-				timeout = "10s" // from m.Run, after the child's server started
-			}
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTeardownChild$", "-test.v", "-test.timeout="+timeout)
-			cmd.Env = append(withoutEnv(os.Environ(), "PGTEST_DSN"),
-				"PGTEST_CHILD_FAULT="+fault, "PGTEST_DOCKER=0")
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = cmd.Stdout
-			goAhead, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var dataDir string
-			var log strings.Builder
-			sc := bufio.NewScanner(out)
-			for dataDir == "" && sc.Scan() {
-				log.WriteString(sc.Text() + "\n")
-				if v, ok := strings.CutPrefix(sc.Text(), "DATADIR="); ok {
-					dataDir = v
-				}
-			}
-			if dataDir == "" {
-				_ = cmd.Wait()
-				t.Fatalf("child never reported its data directory:\n%s", log.String())
-			}
-			pids := serverPIDs(t, dataDir)
-			if _, err := goAhead.Write([]byte("go\n")); err != nil {
-				t.Fatal(err)
-			}
-			switch fault {
-			case "sigint":
-				_ = cmd.Process.Signal(syscall.SIGINT)
-			case "sigkill":
-				_ = cmd.Process.Kill()
-			}
-			for sc.Scan() { // drain until the child exits
-			}
-			if err := cmd.Wait(); err == nil {
-				t.Fatalf("child exited cleanly; the %s fault did not happen", fault)
-			}
-			tempDir := filepath.Dir(dataDir)
+			pids, tempDir := child.pids, filepath.Dir(child.where)
 			waitFor(t, ctx, func() bool {
 				_, err := os.Stat(tempDir)
 				return os.IsNotExist(err) && !anyAlive(pids)
@@ -130,6 +88,69 @@ func TestTeardown(t *testing.T) {
 			})
 		})
 	}
+}
+
+// deadChild is what a TestTeardownChild reported before it died.
+type deadChild struct {
+	where string // its data directory, or its container's ID
+	pids  []int  // a local server's processes
+}
+
+// teardownChild runs TestTeardownChild with env, lets it die of fault, and
+// returns once it has exited, with what it reported.
+func teardownChild(t *testing.T, fault string, env ...string) deadChild {
+	t.Helper()
+	ctx := ctxT(t, 5*time.Minute)
+	// Only the timeout fault relies on -test.timeout; the others die of
+	// their fault once told to go.
+	timeout := "10m"
+	if fault == "timeout" {
+		timeout = "10s" // from m.Run, after the child's server started
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTeardownChild$", "-test.v", "-test.timeout="+timeout)
+	cmd.Env = append(append(withoutEnv(os.Environ(), "PGTEST_DSN"), "PGTEST_CHILD_FAULT="+fault), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	goAhead, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var child deadChild
+	var log strings.Builder
+	sc := bufio.NewScanner(out)
+	for child.where == "" && sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if v, ok := strings.CutPrefix(sc.Text(), "DATADIR="); ok {
+			child.where, child.pids = v, serverPIDs(t, v)
+		} else if v, ok := strings.CutPrefix(sc.Text(), "CONTAINER="); ok {
+			child.where = v
+		}
+	}
+	if child.where == "" {
+		_ = cmd.Wait()
+		t.Fatalf("child never reported where its server lives:\n%s", log.String())
+	}
+	if _, err := goAhead.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	switch fault {
+	case "sigint":
+		_ = cmd.Process.Signal(syscall.SIGINT)
+	case "sigkill":
+		_ = cmd.Process.Kill()
+	}
+	for sc.Scan() { // drain until the child exits
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("child exited cleanly; the %s fault did not happen", fault)
+	}
+	return child
 }
 
 // serverPIDs returns the postmaster of dataDir and its children.
