@@ -43,13 +43,19 @@ func micros(expr string) string {
 
 const infoColumns = `name, owner, token, ttl_us, acquired_at, renewed_at, expires_at, held, left_us, hostname, pid, metadata`
 
-// durable is a CTE that makes its statement's commit synchronous; the
-// statement must reference it (exists (select from durable)) so that it
-// runs.
-const durable = `durable as (
-	select set_config('synchronous_commit', case when current_setting('synchronous_commit') in ('off', 'local')
-		then 'on' else current_setting('synchronous_commit') end, true)
-)`
+// syncCommit is an expression that makes its statement's commit
+// synchronous when the session's setting would not flush it (off, local),
+// and does nothing otherwise. The acquire statement evaluates it in the
+// RETURNING of its UPDATE and INSERT, so only for a row it changed: a
+// failed try, which writes nothing and has no commit record to flush, does
+// not pay for it.
+const syncCommit = `case when current_setting('synchronous_commit') in ('off', 'local')
+	then set_config('synchronous_commit', 'on', true) end`
+
+// durable is a CTE that makes its statement's commit synchronous (see
+// syncCommit); the statement must reference it (exists (select from
+// durable)) so that it runs.
+const durable = `durable as (select ` + syncCommit + `)`
 
 // Payloads on the store's channel: "r" + name when a name is released (for
 // waiters), "l" + token + ":" + name when every acquisition of name with a
@@ -64,7 +70,7 @@ func newQueries(cfg Config) queries {
 	r := strings.NewReplacer("{T}", t, "{TTL}", micros("ttl"),
 		"{LEFT}", micros("greatest(expires_at - clock_timestamp(), interval '0')"),
 		"{LAG}", micros("expires_at - ttl - statement_timestamp()"),
-		"{DURABLE}", durable)
+		"{DURABLE}", durable, "{SYNC}", syncCommit)
 	q := queries{channel: cfg.Channel}
 	q.acquireSQL = r.Replace(acquireSQL)
 	q.renewSQL = r.Replace(`with {DURABLE}
@@ -118,22 +124,22 @@ returning token, ` + notify("$2", "$3::bigint") + `, pg_notify($2, ` + lostPaylo
 // CONFLICT DO NOTHING settles two first-ever tries. The row records the
 // attempt's id ($7), by which an attempt whose outcome is unknown is
 // cleaned up. A takeover of an expired row tells its old holder (lost).
-const acquireSQL = `with {DURABLE}, cur as (
+const acquireSQL = `with cur as (
 	select owner, token, expires_at from {T} where name = $1::text
 ), upd as (
 	update {T} as l set owner = $2::uuid, attempt = $7::uuid, token = l.token + 1, ttl = $3::bigint * interval '1 microsecond',
 		acquired_at = clock_timestamp(), renewed_at = clock_timestamp(),
 		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
 		hostname = $4::text, pid = $5::int, metadata = $6::jsonb
-	where l.name = $1::text and (l.owner is null or l.expires_at <= clock_timestamp()) and exists (select from durable)
-	returning l.name, l.token, l.expires_at, l.ttl
+	where l.name = $1::text and (l.owner is null or l.expires_at <= clock_timestamp())
+	returning l.name, l.token, l.expires_at, l.ttl, {SYNC}
 ), ins as (
 	insert into {T} (name, owner, attempt, token, ttl, acquired_at, renewed_at, expires_at, hostname, pid, metadata)
 	select $1::text, $2::uuid, $7::uuid, 1, $3::bigint * interval '1 microsecond', clock_timestamp(), clock_timestamp(),
 		clock_timestamp() + $3::bigint * interval '1 microsecond', $4::text, $5::int, $6::jsonb
-	where not exists (select from cur) and exists (select from durable)
+	where not exists (select from cur)
 	on conflict (name) do nothing
-	returning name, token, expires_at, ttl
+	returning name, token, expires_at, ttl, {SYNC}
 )
 select true, null::uuid, token, expires_at, {LAG},
 	case when exists (select from cur where owner is not null)
