@@ -22,9 +22,20 @@ import (
 // capped, jittered backoff, on the first try as on later ones; one that
 // cannot pass (a closed pool, a missing table, no privilege) is returned at
 // once. ctx bounds the whole wait; a cancelled wait leaves no row owned.
+//
+// The Acquire calls of one name in one store queue first come, first
+// served: only the head of the queue talks to the server, so a release
+// wakes one waiter of the store, not all. A TryAcquire does not queue, and
+// one that finds the name held by a live, trusted lease of this store
+// answers without a round trip.
 func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
 	o, err := s.check(ctx, name, ttl, opts)
 	if err != nil {
+		return nil, wrapAcquire(name, err)
+	}
+	t := s.queue(name)
+	defer s.leave(name, t)
+	if err := s.awaitTurn(ctx, t); err != nil {
 		return nil, wrapAcquire(name, err)
 	}
 	var (

@@ -91,8 +91,11 @@
 //     TestTakeoverWaitsForGuard, TestGuardedCounterStress).
 //   - Client clocks do not matter (TestClockSkew).
 //   - Nothing is left held by a caller who got an error: a cancelled wait
-//     (TestAcquireCancelled), an acquisition racing Store.Close
-//     (TestCloseRacesAcquisitions).
+//     (TestAcquireCancelled), one cancelled while its statement waits for
+//     the row — its backend is terminated (or, without the privilege,
+//     waited for) before the cleanup, which could otherwise precede the
+//     statement's late commit (TestCancelledAcquireStrandsNothing) — an
+//     acquisition racing Store.Close (TestCloseRacesAcquisitions).
 //   - Waits end as they should: a release wakes a waiter at once
 //     (TestAcquireWaitsForRelease, TestListenerKilled), a vanished holder at
 //     its expiry (TestAcquireWakesAtExpiry); serialization failures, dead
@@ -146,8 +149,12 @@
 //   - The local trust deadline assumes the client's monotonic clock does not
 //     run much slower than the server's; the safety margin absorbs modest
 //     drift, not a stopped clock.
-//   - Acquire is not fair: waiters woken by a release race for the lease,
-//     and a newcomer's TryAcquire may win.
+//   - Acquire is fair only within one Store: its Acquire calls of a name
+//     queue first come, first served, and only the head of the queue tries
+//     the server and is woken by a release (so a release wakes one waiter
+//     per store, not all: TestAcquireQueuesFIFO, BenchmarkHotAcquire).
+//     Across stores the heads race for the row, and a TryAcquire, which
+//     never queues, may win.
 //   - Prompt loss needs the store's listening connection: a Break or
 //     takeover while it reconnects is noticed by a kept-alive lease within
 //     Config.CheckInterval, by any lease at its trust deadline.

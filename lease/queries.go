@@ -80,7 +80,9 @@ returning expires_at, {LAG}`)
 	// release, cleanup and break notify waiters from RETURNING — so only
 	// when a row changed, in the same statement — and only when some
 	// listener has an interest in the name (see listener). Break also
-	// tells the holder, always.
+	// tells the holder, always, and first: a store that hears of the
+	// release has dropped its lease already, so that its waiters' tries do
+	// not find it still live (see heldHere).
 	notify := func(channel, key string) string {
 		return "case when pg_try_advisory_xact_lock(" + key + ") then null else pg_notify(" + channel + ", " + releasedPayload + ") end"
 	}
@@ -112,7 +114,7 @@ returning expires_at, {TTL}, {LAG}`)
 	q.breakSQL = r.Replace(`with {DURABLE}
 update {T} set owner = null, token = token + 1, expires_at = least(expires_at, clock_timestamp())
 where name = $1 and exists (select from durable)
-returning token, ` + notify("$2", "$3::bigint") + `, pg_notify($2, ` + lostPayload + `)`)
+returning token, pg_notify($2, ` + lostPayload + `), ` + notify("$2", "$3::bigint"))
 	return q
 }
 
