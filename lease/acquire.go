@@ -25,9 +25,7 @@ import (
 //
 // The Acquire calls of one name in one store queue first come, first
 // served: only the head of the queue talks to the server, so a release
-// wakes one waiter of the store, not all. A TryAcquire does not queue, and
-// one that finds the name held by a live, trusted lease of this store
-// answers without a round trip.
+// wakes one waiter of the store, not all. A TryAcquire does not queue.
 func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
 	o, err := s.check(ctx, name, ttl, opts)
 	if err != nil {

@@ -31,9 +31,6 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		return nil, err
 	}
 	defer s.exit()
-	if held := s.heldHere(name); held != nil {
-		return nil, held
-	}
 	bo := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
 	for range 100 {
 		attempt, err := uuid.NewRandom()

@@ -86,6 +86,15 @@
 //     TTL 30 s; TestTakeoverEndsHolderPromptly); a kept-alive lease checks
 //     its row every Config.CheckInterval (TestKeepAliveRechecks) and renews
 //     through killed connections (TestKeepAliveSurvivesKilledConnections).
+//   - Keep-alives are batched: a store renews all its kept-alive leases in
+//     one statement (one commit) per round, so leases of one TTL cost one
+//     statement per renewal interval however many there are
+//     (TestKeepAliveBatched: 300 leases, 3 statements in three rounds),
+//     each lease still lost on its own when its row did not renew; a
+//     Guard's locked row is skipped by the batch and renewed on its own,
+//     so a guarded transaction holds back no other lease's renewals
+//     (TestGuardHoldsBackOnlyItsLease). A Release first waits for any
+//     renewal of its lease under way, so none commits after it.
 //   - Fencing: a stale holder's guarded write fails, and a takeover or
 //     Break waits for an open guarded transaction (TestGuardStaleHolder,
 //     TestTakeoverWaitsForGuard, TestGuardedCounterStress).

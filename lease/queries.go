@@ -31,6 +31,7 @@ import (
 type queries struct {
 	channel                              string
 	acquireSQL, renewSQL, releaseSQL     string
+	renewManySQL, checkManySQL           string
 	cleanupSQL                           string
 	assertSQL, guardSQL, resumeSQL       string
 	getSQL, listSQL, isHeldSQL, breakSQL string
@@ -77,12 +78,28 @@ func newQueries(cfg Config) queries {
 update {T} set renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp() and exists (select from durable)
 returning expires_at, {LAG}`)
+	// renewMany renews many leases, each scoped to (name, owner, token),
+	// in one statement and one commit: the keep-alive's batch. Rows locked
+	// by others (a Guard's FOR SHARE) are skipped rather than waited for,
+	// so that one guarded transaction cannot hold back every renewal; the
+	// renewer renews what the batch did not return on its own.
+	q.renewManySQL = r.Replace(`with {DURABLE}, lk as (
+	select l.name from {T} l, unnest($1::text[], $2::uuid[], $3::bigint[]) as k(name, owner, token)
+	where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_at > clock_timestamp()
+	for no key update of l skip locked
+)
+update {T} l set renewed_at = clock_timestamp(), expires_at = clock_timestamp() + l.ttl
+from lk where l.name = lk.name and l.expires_at > clock_timestamp() and exists (select from durable)
+returning l.name, l.token, l.expires_at, {LAG}`)
+	// checkMany returns which of many (name, owner, token) still hold
+	// their lease, writing and locking nothing.
+	q.checkManySQL = r.Replace(`select l.name, l.token from {T} l, unnest($1::text[], $2::uuid[], $3::bigint[]) as k(name, owner, token)
+where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_at > clock_timestamp()`)
 	// release, cleanup and break notify waiters from RETURNING — so only
 	// when a row changed, in the same statement — and only when some
 	// listener has an interest in the name (see listener). Break also
 	// tells the holder, always, and first: a store that hears of the
-	// release has dropped its lease already, so that its waiters' tries do
-	// not find it still live (see heldHere).
+	// release has dropped its lease already when its waiters wake.
 	notify := func(channel, key string) string {
 		return "case when pg_try_advisory_xact_lock(" + key + ") then null else pg_notify(" + channel + ", " + releasedPayload + ") end"
 	}

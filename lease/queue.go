@@ -74,24 +74,3 @@ func (s *Store) awaitTurn(ctx context.Context, t *turn) error {
 		return ErrClosed
 	}
 }
-
-// heldHere returns the HeldError of a try of name that the store can
-// answer without the server: one of its own leases of that name is live,
-// trusted (so no other client can have the row) and not being released (a
-// release sent from now on notifies the waiters registered before this
-// call, so that answering "held" loses no wake-up).
-func (s *Store) heldHere(name string) *HeldError {
-	s.mu.Lock()
-	l := s.byName[name]
-	s.mu.Unlock()
-	if l == nil {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	left := l.trustUntil.Sub(s.cfg.Now())
-	if l.ended || l.releasing || left <= 0 {
-		return nil
-	}
-	return &HeldError{Name: name, Owner: l.owner, Token: l.token, ExpiresIn: left}
-}

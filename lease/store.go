@@ -29,10 +29,10 @@ type Store struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{} // live leases with a keep-alive or trust timer
-	byName map[string]*Lease   // the live lease of each name with the highest token
 	lis    *listener           // started by the first Acquire that waits
 
-	turns turns // Acquire calls queued per name (see queue.go)
+	turns turns    // Acquire calls queued per name (see queue.go)
+	ren   *renewer // started by the first kept-alive lease
 
 	parked atomic.Int64 // Acquire calls blocked waiting (for tests)
 }
@@ -53,7 +53,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		cfg:    cfg,
 		q:      newQueries(cfg),
 		leases: make(map[*Lease]struct{}),
-		byName: make(map[string]*Lease),
 		turns:  turns{q: make(map[string][]*turn)},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
@@ -132,18 +131,12 @@ func (s *Store) track(l *Lease) error {
 		return ErrClosed
 	}
 	s.leases[l] = struct{}{}
-	if o := s.byName[l.name]; o == nil || o.token < l.token {
-		s.byName[l.name] = l
-	}
 	return nil
 }
 
 func (s *Store) untrack(l *Lease) {
 	s.mu.Lock()
 	delete(s.leases, l)
-	if s.byName[l.name] == l {
-		delete(s.byName, l.name)
-	}
 	s.mu.Unlock()
 }
 
