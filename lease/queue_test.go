@@ -1,29 +1,14 @@
 package lease_test
 
 import (
-	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
-
-// counter is a pgx tracer that counts the store's acquire statements.
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if isAcquire(data.SQL) {
-		c.n.Add(1)
-	}
-	return ctx
-}
-
-func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // TestAcquireQueuesFIFO (issue 18): the Acquire calls of one name in one
 // store get the lease in the order they came, and a release wakes one of
@@ -33,8 +18,8 @@ func TestAcquireQueuesFIFO(t *testing.T) {
 	t.Parallel()
 	const n = 16
 	db := pgtest.New(t)
-	var c counter
-	pool := db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = &c; cfg.MaxConns = n + 2 })
+	c := &sqlCounter{match: isAcquire}
+	pool := db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = c; cfg.MaxConns = n + 2 })
 	s := newStore(t, pool, lease.Config{})
 	ctx := ctxT(t)
 	holder := mustTry(t, s, "fifo", time.Minute)

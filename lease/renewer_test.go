@@ -13,18 +13,25 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// renewCounter counts the statements that renew leases (one lease's or a
-// batch's).
-type renewCounter struct{ n atomic.Int64 }
+// sqlCounter is a pgx tracer that counts the statements sent (all) and
+// those that match (n).
+type sqlCounter struct {
+	match  func(sql string) bool
+	all, n atomic.Int64
+}
 
-func (c *renewCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(data.SQL, "set renewed_at") {
+func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	c.all.Add(1)
+	if c.match(data.SQL) {
 		c.n.Add(1)
 	}
 	return ctx
 }
 
-func (c *renewCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *sqlCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// isRenewal reports whether sql renews leases (one or a batch).
+func isRenewal(sql string) bool { return strings.Contains(sql, "set renewed_at") }
 
 // TestKeepAliveBatched (issue 18): a store renews its kept-alive leases
 // together, in one statement per round, not one per lease: 300 leases of
@@ -33,8 +40,8 @@ func (c *renewCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 func TestKeepAliveBatched(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	var c renewCounter
-	pool := db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = &c })
+	c := &sqlCounter{match: isRenewal}
+	pool := db.NewPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = c })
 	s := newStore(t, pool, lease.Config{})
 	ctx := ctxT(t)
 	const n = 300
