@@ -22,6 +22,10 @@ import (
 // capped, jittered backoff, on the first try as on later ones; one that
 // cannot pass (a closed pool, a missing table, no privilege) is returned at
 // once. ctx bounds the whole wait; a cancelled wait leaves no row owned.
+//
+// The Acquire calls of one name in one store queue first come, first
+// served: only the head of the queue talks to the server, so a release
+// wakes one waiter of the store, not all. A TryAcquire does not queue.
 func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
 	o, err := s.check(ctx, name, ttl, opts)
 	if err != nil {
@@ -34,6 +38,11 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 
 // acquire is Acquire after its input checks.
 func (s *Store) acquire(ctx context.Context, name string, ttl time.Duration, o options) (*Lease, error) {
+	t := s.queue(name)
+	defer s.leave(name, t)
+	if err := s.awaitTurn(ctx, t); err != nil {
+		return nil, wrapAcquire(name, err)
+	}
 	var (
 		lis *listener
 		w   *waiter

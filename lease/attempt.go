@@ -37,8 +37,15 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		if err != nil {
 			return nil, fmt.Errorf("lease: new attempt id: %w", err)
 		}
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return nil, err // nothing was sent
+		}
+		pid := c.Conn().PgConn().PID()
 		sent := s.cfg.Now()
-		r, err := s.q.acquire(ctx, s.pool, name, attempt, o, ttl, s.cfg)
+		r, err := s.q.acquire(ctx, c, name, attempt, o, ttl, s.cfg)
+		inFlight := c.Conn().IsClosed() // the server may still be running it
+		c.Release()
 		switch {
 		case err != nil && serialization(err):
 			if werr := bo.Wait(ctx); werr != nil {
@@ -46,7 +53,11 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 			}
 		case err != nil:
 			if outcome.Of(err) == outcome.Unknown {
-				s.cleanup(name, attempt, ttl)
+				b := backend{pid: pid, sent: sent}
+				if !inFlight {
+					b.pid = 0
+				}
+				s.cleanup(name, attempt, ttl, b)
 				return nil, fmt.Errorf("%w (%w: the attempt is being cleaned up in the background)", err, errUnknown)
 			}
 			return nil, err
@@ -61,9 +72,22 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 }
 
 // cleanup frees, in the background, the acquisition that the attempt of
-// that id may have made. The caller must be inside enter/exit.
-func (s *Store) cleanup(name string, attempt uuid.UUID, ttl time.Duration) {
+// that id may have made. If the attempt's connection was closed with its
+// statement possibly still running on backend b, that backend is ended
+// first (see endBackend): a cleanup that ran before the statement's late
+// commit would find nothing and leave the name held for the whole TTL by
+// an owner no caller received. The caller must be inside enter/exit.
+func (s *Store) cleanup(name string, attempt uuid.UUID, ttl time.Duration, b backend) {
+	ended := b.pid == 0
 	s.settle(ttl, func(ctx context.Context) error {
+		if !ended {
+			// A fatal error (no pg_stat_activity, say) cannot pass later:
+			// clean up at once, as well as can be.
+			if err := s.endBackend(ctx, b); err != nil && outcome.Of(err) != outcome.Fatal {
+				return err
+			}
+			ended = true
+		}
 		_, err := s.pool.Exec(ctx, s.q.cleanupSQL, name, pgUUID(attempt), s.q.channel, interestKey(s.q.channel, name))
 		return err
 	})

@@ -214,7 +214,10 @@ func WithMetadata(doc json.RawMessage) Option {
 // WithKeepAlive renews the lease in the background every
 // TTL × Config.RenewFraction, and checks it every Config.CheckInterval in
 // between, until it is released or lost; see [Lease.Lost]. The TTL must
-// leave room for that: TTL − SafetyMargin > TTL × RenewFraction.
+// leave room for that: TTL − SafetyMargin > TTL × RenewFraction. A store
+// renews (and checks) all its kept-alive leases together, one statement
+// per round: a lease due is renewed with every lease due within the next
+// half of its interval, so it may be renewed up to half an interval early.
 func WithKeepAlive() Option {
 	return func(o *options) { o.keepAlive = true }
 }

@@ -86,13 +86,25 @@
 //     TTL 30 s; TestTakeoverEndsHolderPromptly); a kept-alive lease checks
 //     its row every Config.CheckInterval (TestKeepAliveRechecks) and renews
 //     through killed connections (TestKeepAliveSurvivesKilledConnections).
+//   - Keep-alives are batched: a store renews all its kept-alive leases in
+//     one statement (one commit) per round, so leases of one TTL cost one
+//     statement per renewal interval however many there are
+//     (TestKeepAliveBatched: 300 leases, 3 statements in three rounds),
+//     each lease still lost on its own when its row did not renew; a
+//     Guard's locked row is skipped by the batch and renewed on its own,
+//     so a guarded transaction holds back no other lease's renewals
+//     (TestGuardHoldsBackOnlyItsLease). A Release first waits for any
+//     renewal of its lease under way, so none commits after it.
 //   - Fencing: a stale holder's guarded write fails, and a takeover or
 //     Break waits for an open guarded transaction (TestGuardStaleHolder,
 //     TestTakeoverWaitsForGuard, TestGuardedCounterStress).
 //   - Client clocks do not matter (TestClockSkew).
 //   - Nothing is left held by a caller who got an error: a cancelled wait
-//     (TestAcquireCancelled), an acquisition racing Store.Close
-//     (TestCloseRacesAcquisitions).
+//     (TestAcquireCancelled), one cancelled while its statement waits for
+//     the row — its backend is terminated (or, without the privilege,
+//     waited for) before the cleanup, which could otherwise precede the
+//     statement's late commit (TestCancelledAcquireStrandsNothing) — an
+//     acquisition racing Store.Close (TestCloseRacesAcquisitions).
 //   - Waits end as they should: a release wakes a waiter at once
 //     (TestAcquireWaitsForRelease, TestListenerKilled), a vanished holder at
 //     its expiry (TestAcquireWakesAtExpiry); serialization failures, dead
@@ -146,8 +158,12 @@
 //   - The local trust deadline assumes the client's monotonic clock does not
 //     run much slower than the server's; the safety margin absorbs modest
 //     drift, not a stopped clock.
-//   - Acquire is not fair: waiters woken by a release race for the lease,
-//     and a newcomer's TryAcquire may win.
+//   - Acquire is fair only within one Store: its Acquire calls of a name
+//     queue first come, first served, and only the head of the queue tries
+//     the server and is woken by a release (so a release wakes one waiter
+//     per store, not all: TestAcquireQueuesFIFO, BenchmarkHotAcquire).
+//     Across stores the heads race for the row, and a TryAcquire, which
+//     never queues, may win.
 //   - Prompt loss needs the store's listening connection: a Break or
 //     takeover while it reconnects is noticed by a kept-alive lease within
 //     Config.CheckInterval, by any lease at its trust deadline.

@@ -130,6 +130,7 @@ func (s *Store) Break(ctx context.Context, name string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("break lease %q: %w", short(name), err)
 	}
+	s.lostUpTo(name, token-1) // this store's own holders, at once
 	return token, nil
 }
 

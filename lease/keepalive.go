@@ -8,16 +8,37 @@ import (
 	"time"
 )
 
-// keepAlive is the background renewal of one lease.
+// keepAlive is the background renewal of one lease, done by its store's
+// renewer (see renewer.go) together with every other kept-alive lease of
+// the store.
 type keepAlive struct {
 	stop     chan struct{}
 	stopOnce sync.Once
-	done     chan struct{}
+	done     chan struct{} // closed once the renewer let go of the lease
+
+	// Owned by the renewer (under renewer.mu).
+	due       time.Time     // next renewal
+	contact   time.Time     // last confirmed renewal or check
+	backoff   time.Duration // after a failed renewal; 0 when none
+	fallback  bool          // a renewal of its own is under way
+	interval  time.Duration
+	doneClose sync.Once
 }
 
 func (k *keepAlive) signalStop() { k.stopOnce.Do(func() { close(k.stop) }) }
 
-// wait waits for the keep-alive goroutine to end, or ctx.
+func (k *keepAlive) stopped() bool {
+	select {
+	case <-k.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (k *keepAlive) finish() { k.doneClose.Do(func() { close(k.done) }) }
+
+// wait waits until the renewer no longer renews the lease, or ctx.
 func (k *keepAlive) wait(ctx context.Context) error {
 	select {
 	case <-k.done:
@@ -27,83 +48,44 @@ func (k *keepAlive) wait(ctx context.Context) error {
 	}
 }
 
-// startKeepAlive starts the renewal goroutine. l.mu must be held.
+// startKeepAlive hands the lease to the store's renewer. l.mu must be
+// held, and the caller be inside enter/exit (so that the renewer may be
+// started).
 func (l *Lease) startKeepAlive() {
-	ka := &keepAlive{stop: make(chan struct{}), done: make(chan struct{})}
+	now := l.store.cfg.Now()
+	every := l.store.cfg.renewInterval(l.ttl)
+	ka := &keepAlive{stop: make(chan struct{}), done: make(chan struct{}),
+		due: now.Add(every), contact: now, interval: every}
 	l.ka = ka
-	l.store.wg.Add(1)
-	go l.runKeepAlive(ka)
+	l.store.keepAlive(l, ka)
 }
 
-// runKeepAlive renews every TTL × RenewFraction and, in between, checks
-// the row every Config.CheckInterval. After a transient error it retries
-// sooner, with backoff, for as long as the lease is trusted; the trust
-// timer declares the loss if no renewal succeeds in time. Each statement
-// is bounded by the trust deadline, so a hung connection cannot hold the
-// keep-alive past it.
-func (l *Lease) runKeepAlive(ka *keepAlive) {
-	defer l.store.wg.Done()
-	defer close(ka.done)
-	cfg := l.store.cfg
-	interval := cfg.renewInterval(l.ttl)
-	minBackoff := max(interval/16, time.Millisecond)
-	backoff := minBackoff
-	lastRenew := cfg.Now()
-	t := time.NewTimer(min(interval, cfg.CheckInterval))
-	defer t.Stop()
-	for {
-		select {
-		case <-ka.stop:
-			return
-		case <-t.C:
-		}
-		now := cfg.Now()
-		left := l.TrustedUntil().Sub(now)
-		if left <= 0 {
-			return // the trust timer declares the loss
-		}
-		renew := now.Sub(lastRenew) >= interval-interval/64 || backoff > minBackoff
-		ctx, cancel := context.WithTimeout(context.Background(), left)
-		var err error
-		if renew {
-			err = l.renew(ctx)
-		} else {
-			err = l.check(ctx)
-		}
-		cancel()
-		next := min(interval, cfg.CheckInterval)
-		switch {
-		case err == nil:
-			if renew {
-				lastRenew, backoff = now, minBackoff
-			}
-			next = min(next, max(interval-cfg.Now().Sub(lastRenew), time.Millisecond))
-		case errors.Is(err, ErrNotHeld), errors.Is(err, ErrClosed):
-			return
-		default:
-			next, backoff = backoff, min(2*backoff, interval)
-		}
-		t.Reset(next)
+// renewed applies a confirmed renewal sent at sent, with the server's
+// expiry exp and lag (see trustStart): the trust deadline moves to the
+// renewal's start + TTL − margin if that is later.
+func (l *Lease) renewed(sent time.Time, exp time.Time, lag time.Duration) error {
+	start := trustStart(sent, lag, l.store.cfg.Now())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return l.endedErr()
 	}
+	if t := start.Add(l.ttl - l.store.cfg.margin(l.ttl)); t.After(l.trustUntil) {
+		l.trustUntil = t
+		l.expiresAt = exp
+	}
+	return nil
 }
 
-// check asks the server whether the lease is still held, writing nothing;
-// if it is not, the lease is lost.
-func (l *Lease) check(ctx context.Context) error {
-	if err := l.live(); err != nil {
-		return err
+// notHeld ends the lease after the server said (name, owner, token) does
+// not hold it, unless a Release is under way, whose answer decides.
+func (l *Lease) notHeld(op string) {
+	l.mu.Lock()
+	releasing := l.releasing
+	l.mu.Unlock()
+	if !releasing {
+		l.lose(op)
 	}
-	var left int64
-	err := noRows(l.store.pool.QueryRow(ctx, l.store.q.assertSQL, l.args()...).Scan(&left))
-	if err == ErrNotHeld {
-		l.mu.Lock()
-		releasing := l.releasing
-		l.mu.Unlock()
-		if !releasing {
-			l.lose("check")
-		}
-	}
-	return err
 }
 
 // Do acquires the lease name for ttl (waiting as [Store.Acquire] does),

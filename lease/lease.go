@@ -139,6 +139,7 @@ func (l *Lease) end(err error, isLoss bool) bool {
 	l.cancel(err)
 	if l.ka != nil {
 		l.ka.signalStop()
+		l.store.kickRenewer()
 	}
 	l.store.untrack(l)
 	return true
@@ -208,28 +209,13 @@ func (l *Lease) renew(ctx context.Context) (err error) {
 		return noRows(l.store.pool.QueryRow(ctx, l.store.q.renewSQL, l.args()...).Scan(&exp, &lagUS))
 	})
 	if err == ErrNotHeld {
-		l.mu.Lock()
-		releasing := l.releasing
-		l.mu.Unlock()
-		if !releasing { // else the release's own answer decides
-			l.lose("renew")
-		}
+		l.notHeld("renew")
 		return ErrNotHeld
 	}
 	if err != nil {
 		return err
 	}
-	start := trustStart(sent, time.Duration(lagUS)*time.Microsecond, l.store.cfg.Now())
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
-		return l.endedErr()
-	}
-	if t := start.Add(l.ttl - l.store.cfg.margin(l.ttl)); t.After(l.trustUntil) {
-		l.trustUntil = t
-		l.expiresAt = exp
-	}
-	return nil
+	return l.renewed(sent, exp, time.Duration(lagUS)*time.Microsecond)
 }
 
 // live returns nil while the lease is live, else why it is not.
@@ -290,6 +276,9 @@ func (l *Lease) release(ctx context.Context) error {
 	}
 	l.releasing = true
 	l.mu.Unlock()
+	if err := l.stopKeepAlive(ctx); err != nil {
+		return err
+	}
 	var n int64
 	err := retrySerialization(ctx, func() error {
 		tag, err := s.pool.Exec(ctx, s.q.releaseSQL, append(l.args(), s.q.channel, interestKey(s.q.channel, l.name))...)
@@ -303,7 +292,7 @@ func (l *Lease) release(ctx context.Context) error {
 		l.end(err, true)
 		s.releaseLater(l.name, l.owner, l.token, l.ttl)
 	case err != nil:
-		l.releasing = false // nothing ran: the lease stays live, Release may be retried
+		l.resumeKeepAlive() // nothing ran: the lease stays live, Release may be retried
 		l.mu.Unlock()
 		return err
 	case n == 0:
@@ -315,14 +304,42 @@ func (l *Lease) release(ctx context.Context) error {
 	case !l.end(ErrReleased, false):
 		// Lost locally (trust deadline) but still ours on the server: freed.
 	}
+	l.mu.Unlock()
+	return err
+}
+
+// stopKeepAlive stops the lease's keep-alive, if any, and waits until no
+// renewal of it is under way, so that none can commit after the release
+// looked at the row (a renewal that checked the row before its expiry and
+// committed after the release found it expired would hold it again). If
+// ctx ends first, the keep-alive resumes and the lease stays live. A
+// Release is under way (l.releasing).
+func (l *Lease) stopKeepAlive(ctx context.Context) error {
+	l.mu.Lock()
 	ka := l.ka
 	l.mu.Unlock()
-	if ka != nil {
-		if werr := ka.wait(ctx); werr != nil && err == nil {
-			err = werr
-		}
+	if ka == nil {
+		return nil
 	}
-	return err
+	ka.signalStop()
+	l.store.kickRenewer()
+	if err := ka.wait(ctx); err != nil {
+		l.mu.Lock()
+		l.resumeKeepAlive()
+		l.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// resumeKeepAlive ends a Release that did not run: the lease stays live,
+// and its keep-alive, if it had one, starts again. l.mu must be held, and
+// the caller be inside enter/exit.
+func (l *Lease) resumeKeepAlive() {
+	l.releasing = false
+	if l.ka != nil && !l.ended && l.ka.stopped() {
+		l.startKeepAlive()
+	}
 }
 
 // Assert checks with the server that the lease is still held with at least

@@ -32,6 +32,7 @@ import (
 type queries struct {
 	channel                              string
 	acquireSQL, renewSQL, releaseSQL     string
+	renewManySQL, checkManySQL           string
 	cleanupSQL                           string
 	assertSQL, guardSQL, resumeSQL       string
 	getSQL, listSQL, isHeldSQL, breakSQL string
@@ -44,20 +45,29 @@ func micros(expr string) string {
 
 const infoColumns = `name, owner, token, ttl_us, acquired_at, renewed_at, expires_at, held, left_us, hostname, pid, metadata`
 
-// durable is a CTE that makes its statement's commit synchronous; the
-// statement must reference it (exists (select from durable)) so that it
-// runs.
-const durable = `durable as (
-	select set_config('synchronous_commit', case when current_setting('synchronous_commit') in ('off', 'local')
-		then 'on' else current_setting('synchronous_commit') end, true)
-)`
+// syncCommit is an expression that makes its statement's commit
+// synchronous when the session's setting would not flush it (off, local),
+// and does nothing otherwise. The acquire statement evaluates it in the
+// RETURNING of its UPDATE and INSERT, so only for a row it changed: a
+// failed try, which writes nothing and has no commit record to flush, does
+// not pay for it.
+const syncCommit = `case when current_setting('synchronous_commit') in ('off', 'local')
+	then set_config('synchronous_commit', 'on', true) end`
 
-// durableCTE is durable, unless the chaos suite planted its absence.
-func durableCTE() string {
+// durable is a CTE that makes its statement's commit synchronous (see
+// syncCommit); the statement must reference it (exists (select from
+// durable)) so that it runs.
+const durable = `durable as (select ` + syncCommit + `)`
+
+// durability returns durable and syncCommit — or, when the chaos suite
+// planted their absence (internal/plant), expressions that make the
+// statement's commit asynchronous instead.
+func durability() (cte, sync string) {
 	if plant.On(plant.AsyncCommit) {
-		return `durable as (select set_config('synchronous_commit', 'off', true))`
+		off := `set_config('synchronous_commit', 'off', true)`
+		return `durable as (select ` + off + `)`, off
 	}
-	return durable
+	return durable, syncCommit
 }
 
 // Payloads on the store's channel: "r" + name when a name is released (for
@@ -70,20 +80,39 @@ const (
 
 func newQueries(cfg Config) queries {
 	t := pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize()
+	cte, sync := durability()
 	r := strings.NewReplacer("{T}", t, "{TTL}", micros("ttl"),
 		"{LEFT}", micros("greatest(expires_at - clock_timestamp(), interval '0')"),
 		"{LAG}", micros("expires_at - ttl - statement_timestamp()"),
-		"{DURABLE}", durableCTE())
+		"{DURABLE}", cte, "{SYNC}", sync)
 	q := queries{channel: cfg.Channel}
 	q.acquireSQL = r.Replace(acquireSQL)
 	q.renewSQL = r.Replace(`with {DURABLE}
 update {T} set renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp() and exists (select from durable)
 returning expires_at, {LAG}`)
+	// renewMany renews many leases, each scoped to (name, owner, token),
+	// in one statement and one commit: the keep-alive's batch. Rows locked
+	// by others (a Guard's FOR SHARE) are skipped rather than waited for,
+	// so that one guarded transaction cannot hold back every renewal; the
+	// renewer renews what the batch did not return on its own.
+	q.renewManySQL = r.Replace(`with {DURABLE}, lk as (
+	select l.name from {T} l, unnest($1::text[], $2::uuid[], $3::bigint[]) as k(name, owner, token)
+	where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_at > clock_timestamp()
+	for no key update of l skip locked
+)
+update {T} l set renewed_at = clock_timestamp(), expires_at = clock_timestamp() + l.ttl
+from lk where l.name = lk.name and l.expires_at > clock_timestamp() and exists (select from durable)
+returning l.name, l.token, l.expires_at, {LAG}`)
+	// checkMany returns which of many (name, owner, token) still hold
+	// their lease, writing and locking nothing.
+	q.checkManySQL = r.Replace(`select l.name, l.token from {T} l, unnest($1::text[], $2::uuid[], $3::bigint[]) as k(name, owner, token)
+where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_at > clock_timestamp()`)
 	// release, cleanup and break notify waiters from RETURNING — so only
 	// when a row changed, in the same statement — and only when some
 	// listener has an interest in the name (see listener). Break also
-	// tells the holder, always.
+	// tells the holder, always, and first: a store that hears of the
+	// release has dropped its lease already when its waiters wake.
 	notify := func(channel, key string) string {
 		return "case when pg_try_advisory_xact_lock(" + key + ") then null else pg_notify(" + channel + ", " + releasedPayload + ") end"
 	}
@@ -115,7 +144,7 @@ returning expires_at, {TTL}, {LAG}`)
 	q.breakSQL = r.Replace(`with {DURABLE}
 update {T} set owner = null, token = token + 1, expires_at = least(expires_at, clock_timestamp())
 where name = $1 and exists (select from durable)
-returning token, ` + notify("$2", "$3::bigint") + `, pg_notify($2, ` + lostPayload + `)`)
+returning token, pg_notify($2, ` + lostPayload + `), ` + notify("$2", "$3::bigint"))
 	return q
 }
 
@@ -127,22 +156,22 @@ returning token, ` + notify("$2", "$3::bigint") + `, pg_notify($2, ` + lostPaylo
 // CONFLICT DO NOTHING settles two first-ever tries. The row records the
 // attempt's id ($7), by which an attempt whose outcome is unknown is
 // cleaned up. A takeover of an expired row tells its old holder (lost).
-const acquireSQL = `with {DURABLE}, cur as (
+const acquireSQL = `with cur as (
 	select owner, token, expires_at from {T} where name = $1::text
 ), upd as (
 	update {T} as l set owner = $2::uuid, attempt = $7::uuid, token = l.token + 1, ttl = $3::bigint * interval '1 microsecond',
 		acquired_at = clock_timestamp(), renewed_at = clock_timestamp(),
 		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
 		hostname = $4::text, pid = $5::int, metadata = $6::jsonb
-	where l.name = $1::text and (l.owner is null or l.expires_at <= clock_timestamp()) and exists (select from durable)
-	returning l.name, l.token, l.expires_at, l.ttl
+	where l.name = $1::text and (l.owner is null or l.expires_at <= clock_timestamp())
+	returning l.name, l.token, l.expires_at, l.ttl, {SYNC}
 ), ins as (
 	insert into {T} (name, owner, attempt, token, ttl, acquired_at, renewed_at, expires_at, hostname, pid, metadata)
 	select $1::text, $2::uuid, $7::uuid, 1, $3::bigint * interval '1 microsecond', clock_timestamp(), clock_timestamp(),
 		clock_timestamp() + $3::bigint * interval '1 microsecond', $4::text, $5::int, $6::jsonb
-	where not exists (select from cur) and exists (select from durable)
+	where not exists (select from cur)
 	on conflict (name) do nothing
-	returning name, token, expires_at, ttl
+	returning name, token, expires_at, ttl, {SYNC}
 )
 select true, null::uuid, token, expires_at, {LAG},
 	case when exists (select from cur where owner is not null)

@@ -31,6 +31,9 @@ type Store struct {
 	leases map[*Lease]struct{} // live leases with a keep-alive or trust timer
 	lis    *listener           // started by the first Acquire that waits
 
+	turns turns    // Acquire calls queued per name (see queue.go)
+	ren   *renewer // started by the first kept-alive lease
+
 	parked atomic.Int64 // Acquire calls blocked waiting (for tests)
 }
 
@@ -50,6 +53,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		cfg:    cfg,
 		q:      newQueries(cfg),
 		leases: make(map[*Lease]struct{}),
+		turns:  turns{q: make(map[string][]*turn)},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s, nil
