@@ -22,6 +22,9 @@ import (
 // seconds on a loaded machine.
 var childServer *pgtest.Server
 
+// childStandby connects to the standby of a TestClusterTeardown child.
+var childStandby string
+
 // teardownChildMain is TestMain in a TestTeardown child: it starts the
 // throwaway server, as SharedServer would, then runs the tests. It never
 // closes the server: the child is meant to die with it running.
@@ -29,7 +32,15 @@ func teardownChildMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var err error
-	if childServer, err = pgtest.Start(ctx); err != nil {
+	if os.Getenv("PGTEST_CHILD_CLUSTER") != "" {
+		var c *pgtest.Cluster
+		if c, err = pgtest.StartCluster(ctx, pgtest.WithSynchronousStandby()); err == nil {
+			childServer, childStandby = c.Server, c.StandbyDSN("postgres")
+		}
+	} else {
+		childServer, err = pgtest.Start(ctx)
+	}
+	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
 	}
@@ -44,9 +55,15 @@ func TestTeardownChild(t *testing.T) {
 		t.Skip("helper process of TestTeardown")
 	}
 	conn := connect(t, childServer.DSN())
-	var dataDir string
+	var dataDir, standbyDir string
 	if err := conn.QueryRow(ctxT(t, time.Minute), "show data_directory").Scan(&dataDir); err != nil {
 		t.Fatal(err)
+	}
+	if childStandby != "" {
+		if err := connect(t, childStandby).QueryRow(ctxT(t, time.Minute), "show data_directory").Scan(&standbyDir); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("STANDBYDIR=%s\n", standbyDir)
 	}
 	fmt.Printf("DATADIR=%s\n", dataDir)
 	// Wait until the parent has seen the server's processes.
@@ -71,65 +88,85 @@ func TestTeardown(t *testing.T) {
 	for _, fault := range []string{"panic", "timeout", "sigint", "sigkill"} {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t, 2*time.Minute)
-			// Only the timeout fault relies on -test.timeout; the others die
-			// of their fault once told to go.
-			timeout := "10m"
-			if fault == "timeout" {
-				timeout = "10s" // from m.Run, after the child's server started
-			}
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTeardownChild$", "-test.v", "-test.timeout="+timeout)
-			cmd.Env = append(withoutEnv(os.Environ(), "PGTEST_DSN"),
-				"PGTEST_CHILD_FAULT="+fault, "PGTEST_DOCKER=0")
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = cmd.Stdout
-			goAhead, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var dataDir string
-			var log strings.Builder
-			sc := bufio.NewScanner(out)
-			for dataDir == "" && sc.Scan() {
-				log.WriteString(sc.Text() + "\n")
-				if v, ok := strings.CutPrefix(sc.Text(), "DATADIR="); ok {
-					dataDir = v
-				}
-			}
-			if dataDir == "" {
-				_ = cmd.Wait()
-				t.Fatalf("child never reported its data directory:\n%s", log.String())
-			}
-			pids := serverPIDs(t, dataDir)
-			if _, err := goAhead.Write([]byte("go\n")); err != nil {
-				t.Fatal(err)
-			}
-			switch fault {
-			case "sigint":
-				_ = cmd.Process.Signal(syscall.SIGINT)
-			case "sigkill":
-				_ = cmd.Process.Kill()
-			}
-			for sc.Scan() { // drain until the child exits
-			}
-			if err := cmd.Wait(); err == nil {
-				t.Fatalf("child exited cleanly; the %s fault did not happen", fault)
-			}
-			tempDir := filepath.Dir(dataDir)
-			waitFor(t, ctx, func() bool {
-				_, err := os.Stat(tempDir)
-				return os.IsNotExist(err) && !anyAlive(pids)
-			}, func() string {
-				return fmt.Sprintf("after %s: temp dir %s or server processes %v remain", fault, tempDir, pids)
-			})
+			teardownChild(t, fault, false)
 		})
 	}
+}
+
+// teardownChild runs a TestTeardownChild process with a server (or, if
+// cluster, a cluster) that dies of fault, and checks that its servers'
+// processes and temp dirs are gone afterwards.
+func teardownChild(t *testing.T, fault string, cluster bool) {
+	ctx := ctxT(t, 3*time.Minute)
+	// Only the timeout fault relies on -test.timeout; the others die
+	// of their fault once told to go.
+	timeout := "10m"
+	if fault == "timeout" {
+		timeout = "10s" // from m.Run, after the child's server started
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTeardownChild$", "-test.v", "-test.timeout="+timeout)
+	cmd.Env = append(withoutEnv(os.Environ(), "PGTEST_DSN"),
+		"PGTEST_CHILD_FAULT="+fault, "PGTEST_DOCKER=0")
+	if cluster {
+		cmd.Env = append(cmd.Env, "PGTEST_CHILD_CLUSTER=1")
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	goAhead, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var dataDirs []string
+	var log strings.Builder
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if v, ok := strings.CutPrefix(sc.Text(), "STANDBYDIR="); ok {
+			dataDirs = append(dataDirs, v)
+		}
+		if v, ok := strings.CutPrefix(sc.Text(), "DATADIR="); ok {
+			dataDirs = append(dataDirs, v)
+			break
+		}
+	}
+	if len(dataDirs) != map[bool]int{false: 1, true: 2}[cluster] {
+		_ = cmd.Wait()
+		t.Fatalf("child never reported its data directories:\n%s", log.String())
+	}
+	var pids []int
+	for _, d := range dataDirs {
+		pids = append(pids, serverPIDs(t, d)...)
+	}
+	if _, err := goAhead.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	switch fault {
+	case "sigint":
+		_ = cmd.Process.Signal(syscall.SIGINT)
+	case "sigkill":
+		_ = cmd.Process.Kill()
+	}
+	for sc.Scan() { // drain until the child exits
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("child exited cleanly; the %s fault did not happen", fault)
+	}
+	waitFor(t, ctx, func() bool {
+		for _, d := range dataDirs {
+			if _, err := os.Stat(filepath.Dir(d)); !os.IsNotExist(err) {
+				return false
+			}
+		}
+		return !anyAlive(pids)
+	}, func() string {
+		return fmt.Sprintf("after %s: temp dirs of %v or server processes %v remain", fault, dataDirs, pids)
+	})
 }
 
 // serverPIDs returns the postmaster of dataDir and its children.
