@@ -205,3 +205,37 @@ func (c *Cluster) Promotions() int {
 	defer c.mu.Unlock()
 	return c.promoted
 }
+
+// CreateDatabase is [Server.CreateDatabase] that also waits until the
+// standby has replayed the new database ([Cluster.CatchUp]): until then a
+// connection that the multi-host DSN sends to the standby — during a
+// failover, say — fails with 3D000, database does not exist.
+func (c *Cluster) CreateDatabase(ctx context.Context) (*Database, error) {
+	d, err := c.Server.CreateDatabase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c.StandbyDSN("postgres") == "" {
+		return d, nil
+	}
+	if err := c.CatchUp(ctx); err != nil {
+		_ = d.Drop(ctx)
+		return nil, err
+	}
+	return d, nil
+}
+
+// NewDB is [Server.NewDB] that also waits until the standby has replayed
+// the new database, as [Cluster.CreateDatabase] does.
+func (c *Cluster) NewDB(t testing.TB) *DB {
+	t.Helper()
+	db := c.Server.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if c.StandbyDSN("postgres") != "" {
+		if err := c.CatchUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}
