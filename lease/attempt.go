@@ -37,7 +37,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		if err != nil {
 			return nil, fmt.Errorf("lease: new attempt id: %w", err)
 		}
-		sent := s.cfg.Now()
+		sent, seen := s.cfg.Now(), s.seen.get(name)
 		r, err := s.q.acquire(ctx, s.pool, name, attempt, o, ttl, s.cfg)
 		switch {
 		case err != nil && serialization(err):
@@ -51,9 +51,13 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 			}
 			return nil, err
 		case r.acquired:
+			if err := s.checkGranted(ctx, name, o.owner, r.token, seen, ttl); err != nil {
+				return nil, err
+			}
 			start := trustStart(sent, r.lag, s.cfg.Now())
 			return s.newLease(ctx, name, o.owner, r.token, ttl, r.expiresAt, start, o.keepAlive, true)
 		case r.held:
+			s.seen.observe(name, r.token)
 			return nil, &HeldError{Name: name, Owner: r.owner, Token: r.token, ExpiresIn: r.expiresIn}
 		}
 	}

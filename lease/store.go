@@ -32,6 +32,7 @@ type Store struct {
 	lis    *listener           // started by the first Acquire that waits
 
 	parked atomic.Int64 // Acquire calls blocked waiting (for tests)
+	seen   tokenMemory  // the highest token seen per name (regress.go)
 }
 
 // New returns a store over pool, configured by cfg (see [Config] for the
