@@ -75,6 +75,7 @@ func (s *Store) Get(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("get lease %q: %w", short(name), err)
 	}
+	s.seen.observe(name, i.Token)
 	return i, nil
 }
 
@@ -130,6 +131,7 @@ func (s *Store) Break(ctx context.Context, name string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("break lease %q: %w", short(name), err)
 	}
+	s.seen.observe(name, token)
 	return token, nil
 }
 

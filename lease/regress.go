@@ -47,8 +47,8 @@ func (e *RegressionError) Error() string {
 func (e *RegressionError) Is(target error) bool { return target == ErrTokenRegressed }
 
 // tokenMemory is the highest token a Store has seen per name: its own
-// acquisitions' and the holders' tokens in HeldErrors. Its zero value is
-// empty and ready.
+// acquisitions', the holders' in HeldErrors, those Get read and Break
+// set. Its zero value is empty and ready.
 type tokenMemory struct {
 	mu  sync.Mutex
 	max map[string]int64
