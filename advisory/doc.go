@@ -100,6 +100,15 @@
 // terminated, reset or lost in a server restart, it goes on waiting on
 // another until ctx ends.
 //
+// On a failover, every lock is gone with the old primary (advisory locks
+// are not replicated): held locks' Lost fires, and with a pool whose
+// multi-host DSN has target_session_attrs=read-write the Locker reconnects
+// to the new primary, where waiting Locks go on and acquire (TestFailover:
+// Lost within about 0.15–0.3 s of the crash, waiters acquire within about
+// 0.1 s of the promotion). A session that reaches a standby — where
+// advisory locks work but exclude only that standby's clients — is refused
+// with [ErrStandby], at once, by TryLock and Lock (TestStandbyRefused).
+//
 // # When a statement fails
 //
 // Every try and unlock ends done, not done, or unknown (see

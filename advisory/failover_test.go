@@ -134,3 +134,26 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
 }
+
+// TestStandbyRefused: a Locker pointed at a standby by mistake — where
+// advisory locks work, but exclude only that standby's own clients — must
+// refuse at once with an error naming the problem, from TryLock and Lock.
+func TestStandbyRefused(t *testing.T) {
+	t.Parallel()
+	c := pgtest.NewCluster(t)
+	db := c.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l := newLocker(t, lazyPool(t, c.StandbyDSN(db.Name)), advisory.Config{})
+	start := time.Now()
+	_, err := l.TryLock(ctx, pglocks.KeyOf("standby"))
+	if !errors.Is(err, advisory.ErrStandby) {
+		t.Fatalf("TryLock on a standby: %v, want ErrStandby", err)
+	}
+	t.Logf("TryLock: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	if _, err := l.Lock(ctx, pglocks.KeyOf("standby")); !errors.Is(err, advisory.ErrStandby) {
+		t.Fatalf("Lock on a standby: %v, want ErrStandby at once", err)
+	}
+	t.Logf("Lock refused after %v", time.Since(start).Round(time.Millisecond))
+}

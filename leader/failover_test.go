@@ -1,11 +1,14 @@
 package leader_test
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/leader"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
@@ -157,4 +160,24 @@ func TestFailoverAsyncStandbyTermsGrow(t *testing.T) {
 	}
 	t.Logf("terms %d..%d lost with the standby's lag; new leader %s in term %d, %v after the promotion",
 		first+1, last, next.who, next.term.Number, next.at.Sub(promoted).Round(time.Millisecond))
+}
+
+// TestStandbyRefused: an Elector pointed at a standby by mistake fails at
+// once: Run returns the Locker's advisory.ErrStandby.
+func TestStandbyRefused(t *testing.T) {
+	t.Parallel()
+	c, db := clusterDB(t)
+	ctx := ctxT(t, time.Minute)
+	r := newReplica(t, c.StandbyDSN(db.Name))
+	e, err := leader.New(leader.Config{Name: "standby", Pool: r.pool, Locker: r.locker, Store: r.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	start := time.Now()
+	err = e.Run(ctx, func(ctx context.Context, _ leader.Term) error { return nil })
+	if !errors.Is(err, advisory.ErrStandby) {
+		t.Fatalf("Run on a standby: %v, want advisory.ErrStandby", err)
+	}
+	t.Logf("Run: %v after %v", err, time.Since(start).Round(time.Millisecond))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
@@ -280,5 +281,34 @@ func TestFailoverAsyncLag(t *testing.T) {
 	tok, err := acquire(fresh)
 	if err != nil || tok != last+2 {
 		t.Fatalf("fresh store: token %d, %v; want %d", tok, err, last+2)
+	}
+}
+
+// TestStandbyRefused: a Store pointed at a standby by mistake fails at
+// once, from TryAcquire and Acquire alike, with the server's 25006
+// (read-only transaction).
+func TestStandbyRefused(t *testing.T) {
+	t.Parallel()
+	c, db, _ := newCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, c.StandbyDSN(db.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := newStore(t, pool, lease.Config{})
+	for _, op := range []string{"TryAcquire", "Acquire"} {
+		start := time.Now()
+		f := s.TryAcquire
+		if op == "Acquire" {
+			f = s.Acquire
+		}
+		_, err := f(ctx, "standby", time.Minute)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+			t.Fatalf("%s on a standby: %v, want SQLSTATE 25006", op, err)
+		}
+		t.Logf("%s: %v after %v", op, err, time.Since(start).Round(time.Millisecond))
 	}
 }
