@@ -22,18 +22,18 @@ import (
 // The standby is made with pg_basebackup, streams with standby.signal and
 // primary_conninfo, and is synchronous (the primary's
 // synchronous_standby_names = '*', every commit waits for the standby's
-// flush) with [WithSynchronousStandby], else asynchronous. Close removes
-// both nodes; should the process die first, each node's watchdog removes it
-// (see the package doc).
+// flush) with [WithSynchronousStandby], else asynchronous. [Server.Restart]
+// restarts the primary (the standby reconnects). Close removes both nodes;
+// should the process die first, each node's watchdog removes it (see the
+// package doc).
 type Cluster struct {
 	*Server
 
-	mu       sync.Mutex
-	primary  *local
-	standby  *local   // nil after Promote until Rejoin
-	retired  []*local // stopped former primaries
-	sync     bool
-	promoted int
+	mu      sync.Mutex
+	primary *local
+	standby *local   // nil after Promote until Rejoin
+	retired []*local // stopped former primaries
+	sync    bool
 }
 
 // WithSynchronousStandby makes a [Cluster]'s standby synchronous. Other
@@ -193,17 +193,9 @@ func (c *Cluster) Promote(ctx context.Context) (time.Duration, error) {
 	}
 	old := c.primary
 	c.primary, c.standby = c.standby, nil
-	c.promoted++
 	// The old primary's files stay until Rejoin or Close.
 	c.retired = append(c.retired, old)
 	return time.Since(start), nil
-}
-
-// Promotions returns how many times the cluster failed over.
-func (c *Cluster) Promotions() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.promoted
 }
 
 // CreateDatabase is [Server.CreateDatabase] that also waits until the
