@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/leader"
-	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -20,20 +18,8 @@ func clusterDB(t *testing.T, opts ...pgtest.Option) (*pgtest.Cluster, *pgtest.DB
 	t.Helper()
 	c := pgtest.NewCluster(t, opts...)
 	db := c.NewDB(t)
+	migrate(t, db)
 	ctx := ctxT(t, time.Minute)
-	pool, err := pgxpool.New(ctx, db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	store, err := lease.New(pool, lease.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(ctx)
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if err := c.CatchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
