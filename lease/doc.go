@@ -72,6 +72,11 @@
 //   - Tokens only grow — across release, expiry, takeover, Break, server
 //     restart (TestTokensOnlyGrow, TestServerRestart) and a crash with
 //     sessions at synchronous_commit = off (TestTokensSurviveCrash).
+//   - Failover (see Failover): with a synchronous standby no acknowledged
+//     acquisition is lost and no token is handed out twice
+//     (TestFailoverSync); a token that went back below one the Store had
+//     seen is refused (TestFailoverAsyncLag); a Store on a standby fails at
+//     once with 25006 (TestStandbyRefused).
 //   - One holder at a time: racing tries give one winner
 //     (TestConcurrentTries); a failed try writes and locks nothing
 //     (TestFailedTryWritesNothing).
