@@ -144,8 +144,9 @@ func (w *churn) duplicates() (tokens []int64, sameStore int) {
 
 // lost estimates how many acquisitions acknowledged before the stop the
 // failover lost: those whose token the new primary handed out again,
-// judged by the lowest token acknowledged after the stop (exact when the
-// new primary's first acquisition was acknowledged).
+// judged by the lowest token acknowledged after the stop: a lower bound,
+// exact when the new primary's first acquisition was acknowledged (a
+// refused regression raises the counter past the lost tokens).
 func (w *churn) lost() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
