@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // connect opens a dedicated connection the way the pool opens its own:
@@ -58,11 +59,26 @@ func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandle
 		}
 	}
 	pc := conn.PgConn()
-	if _, err := pc.Exec(ctx, l.sessionSettings(pc)).ReadAll(); err != nil {
+	results, err := pc.Exec(ctx, l.sessionSettings(pc)).ReadAll()
+	if err != nil {
 		_ = pc.Close(ctx)
 		return nil, fmt.Errorf("session settings: %w", err)
 	}
+	if inRecovery(results) {
+		_ = pc.Close(ctx)
+		return nil, outcome.MarkFatal(ErrStandby)
+	}
 	return pc, nil
+}
+
+// inRecovery reads the answer of the settings' last statement, select
+// pg_is_in_recovery().
+func inRecovery(results []*pgconn.Result) bool {
+	if len(results) == 0 {
+		return false
+	}
+	rows := results[len(results)-1].Rows
+	return len(rows) == 1 && len(rows[0]) == 1 && string(rows[0][0]) == "t"
 }
 
 // idleSessionTimeout disables idle_session_timeout on servers that have it
@@ -86,7 +102,9 @@ func idleSessionTimeout(pc *pgconn.PgConn) string {
 // cannot cancel a try or unlock or end a session that holds locks;
 // synchronous_commit is off because only a NOTIFY assigns a transaction id
 // here, and its commit need not wait for the WAL flush. statement_timeout
-// comes first, so the rest cannot be cancelled by a tiny role default.
+// comes first, so the rest cannot be cancelled by a tiny role default. The
+// last statement asks pg_is_in_recovery(): a standby's session is refused
+// ([ErrStandby]) in the same round trip.
 //
 // The settings are one simple-protocol query, so they take effect all
 // together or not at all: if the server (or a pooler) refuses any of them,
@@ -97,7 +115,7 @@ func (l *Locker) sessionSettings(pc *pgconn.PgConn) string {
 	return fmt.Sprintf("set statement_timeout = 0; set lock_timeout = 0; "+
 		"set idle_in_transaction_session_timeout = 0; %s"+
 		"set tcp_keepalives_idle = %d; set tcp_keepalives_interval = %d; set tcp_keepalives_count = %d; "+
-		"set tcp_user_timeout = %d; set synchronous_commit = off",
+		"set tcp_user_timeout = %d; set synchronous_commit = off; select pg_is_in_recovery()",
 		idleSessionTimeout(pc),
 		int(c.KeepalivesIdle/time.Second), int(c.KeepalivesInterval/time.Second), c.KeepalivesCount,
 		int(c.TCPUserTimeout/time.Millisecond))

@@ -28,6 +28,14 @@ var (
 	// the cause reported by [Lock.Err] for a lock released by
 	// [Locker.Close].
 	ErrClosed = errors.New("advisory: locker closed")
+
+	// ErrStandby is returned (wrapped, at once, by TryLock and Lock alike)
+	// when the Locker's connection reached a server in recovery — a
+	// standby, where pg_is_in_recovery() is true. Advisory locks work
+	// there but exclude only that standby's own clients, so the Locker
+	// refuses the session. Point the pool at the primary, or at every node
+	// with target_session_attrs=read-write.
+	ErrStandby = errors.New("advisory: the server is a standby (pg_is_in_recovery()); its locks would not exclude the primary's clients")
 )
 
 // opError says which operation on which key failed, and wraps why.

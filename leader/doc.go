@@ -162,10 +162,17 @@
 //     stopped from acting when it resumes, before its own timers run. Only
 //     fencing stops its writes: guard them with the term. Unfenced side
 //     effects may happen twice.
-//   - Terms are as durable as the database: after a failover to an
-//     asynchronous replica a term number may be handed out again, and
-//     advisory locks do not survive a failover at all (every session is
-//     gone; a new election follows).
+//   - Terms are as durable as the database. On a failover every advisory
+//     session is gone and a new election follows on the new primary, which
+//     a pool with a multi-host target_session_attrs=read-write DSN reaches
+//     (TestFailoverSyncStandby: 20 promotions, a higher term each time).
+//     After a failover to an asynchronous replica that lacked recent
+//     commits, the lease row's counter is behind: a candidate's Store
+//     refuses a term no higher than one it has seen (a leader's own terms,
+//     and those read while waiting), and the campaign goes on above it
+//     (TestFailoverAsyncStandbyTermsGrow); a term no candidate saw may be
+//     handed out again. An Elector pointed at a standby fails at once with
+//     advisory.ErrStandby (TestStandbyRefused).
 //   - Behind PgBouncer in transaction pooling mode, session advisory locks do
 //     not work: point the Locker's pool at PostgreSQL directly.
 //   - Elections are not fair: after a leader steps down, any candidate may

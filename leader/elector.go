@@ -313,6 +313,10 @@ func fatal(err error) bool {
 	switch {
 	case errors.Is(err, ErrClosed), errors.Is(err, advisory.ErrClosed), errors.Is(err, lease.ErrClosed):
 		return true
+	case errors.Is(err, lease.ErrTokenRegressed):
+		// The term was refused and the counter raised above every term
+		// this candidate saw: the next campaign gets a higher one.
+		return false
 	}
 	return outcome.Of(err) == outcome.Fatal
 }

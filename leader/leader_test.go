@@ -33,6 +33,13 @@ func newReplica(t *testing.T, dsn string) replica {
 func setup(t *testing.T) *pgtest.DB {
 	t.Helper()
 	db := pgtest.New(t)
+	migrate(t, db)
+	return db
+}
+
+// migrate creates the lease table in db.
+func migrate(t *testing.T, db *pgtest.DB) {
+	t.Helper()
 	ctx := ctxT(t, time.Minute)
 	pool, err := pgxpool.New(ctx, db.DSN)
 	if err != nil {
@@ -47,7 +54,6 @@ func setup(t *testing.T) *pgtest.DB {
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return db
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

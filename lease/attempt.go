@@ -42,7 +42,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 			return nil, err // nothing was sent
 		}
 		pid := c.Conn().PgConn().PID()
-		sent := s.cfg.Now()
+		sent, seen := s.cfg.Now(), s.seen.get(name)
 		r, err := s.q.acquire(ctx, c, name, attempt, o, ttl, s.cfg)
 		inFlight := c.Conn().IsClosed() // the server may still be running it
 		c.Release()
@@ -62,9 +62,13 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 			}
 			return nil, err
 		case r.acquired:
+			if err := s.checkGranted(ctx, name, o.owner, r.token, seen, ttl); err != nil {
+				return nil, err
+			}
 			start := trustStart(sent, r.lag, s.cfg.Now())
 			return s.newLease(ctx, name, o.owner, r.token, ttl, r.expiresAt, start, o.keepAlive, true)
 		case r.held:
+			s.seen.observe(name, r.token)
 			return nil, &HeldError{Name: name, Owner: r.owner, Token: r.token, ExpiresIn: r.expiresIn}
 		}
 	}

@@ -72,6 +72,11 @@
 //   - Tokens only grow — across release, expiry, takeover, Break, server
 //     restart (TestTokensOnlyGrow, TestServerRestart) and a crash with
 //     sessions at synchronous_commit = off (TestTokensSurviveCrash).
+//   - Failover (see Failover): with a synchronous standby no acknowledged
+//     acquisition is lost and no token is handed out twice
+//     (TestFailoverSync); a token that went back below one the Store had
+//     seen is refused (TestFailoverAsyncLag); a Store on a standby fails at
+//     once with 25006 (TestStandbyRefused).
 //   - One holder at a time: racing tries give one winner
 //     (TestConcurrentTries); a failed try writes and locks nothing
 //     (TestFailedTryWritesNothing).
@@ -117,6 +122,41 @@
 //     floods (TestListenerFlatOverNotifications); every goroutine is joined
 //     (goleak in TestMain).
 //
+// # Failover
+//
+// Point the pool at every node with a multi-host DSN and
+// target_session_attrs=read-write (host=a,b port=5432,5432
+// target_session_attrs=read-write): pgx then connects to whichever node
+// accepts writes, before and after a promotion. With a synchronous standby
+// (synchronous_standby_names set, synchronous_commit on or higher, which
+// every ownership change asks for), a failover loses no acknowledged
+// acquisition and hands out no token twice, acquisitions in flight at the
+// crash included (TestFailoverSync). With an asynchronous standby, the
+// commits it had not received are lost, and the new primary's counter is
+// behind the tokens already handed out.
+//
+// The rule of detection: a Store remembers the highest token it has seen
+// per name — its acquisitions, the holder's token in a [HeldError], tokens
+// read by [Store.Get] and set by [Store.Break] — for as long as it lives.
+// An acquisition the server grants with a token no higher than the highest
+// the Store had seen before it sent the statement is refused: TryAcquire
+// and Acquire return a [*RegressionError] (errors.Is [ErrTokenRegressed]),
+// and the Store releases the acquisition with the row's counter raised to
+// that highest token, so the next acquisition, by any client, gets a token
+// above every token this Store has seen (TestFailoverAsyncLag,
+// TestTokenRegressionDetected). A leader election (package leader) retries
+// its campaign after such a refusal, so terms keep growing
+// (TestFailoverAsyncStandbyTermsGrow).
+//
+// What detection cannot catch: a token that this Store never saw — handed
+// out to another process, or before this Store was made (a restarted
+// process remembers nothing) — may be handed out again, silently; so may a
+// token higher than every one this Store saw. Only what protects the
+// resource can catch those: a resource that remembers the highest token it
+// accepted refuses the reissued one. Detection never refuses a correct
+// server's token: a token seen before the statement was sent had committed
+// before it ran, so a correct server always hands out a higher one.
+//
 // # Fencing
 //
 // The token is bumped in the statement that changes ownership and kept
@@ -152,8 +192,9 @@
 //   - Tokens are as durable as the database. Commits are flushed locally
 //     (and to synchronous standbys when the session asks for a remote
 //     level), but after a failover to an asynchronous replica, recently
-//     committed acquisitions can be lost and a token handed out again; use
-//     synchronous replication (or fence with something that survives
+//     committed acquisitions can be lost and a token handed out again; a
+//     Store detects that only for tokens it has seen itself (see Failover).
+//     Use synchronous replication (or fence with something that survives
 //     failover) if that matters.
 //   - The local trust deadline assumes the client's monotonic clock does not
 //     run much slower than the server's; the safety margin absorbs modest

@@ -75,6 +75,7 @@ func (s *Store) Get(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("get lease %q: %w", short(name), err)
 	}
+	s.seen.observe(name, i.Token)
 	return i, nil
 }
 
@@ -131,6 +132,7 @@ func (s *Store) Break(ctx context.Context, name string) (int64, error) {
 		return 0, fmt.Errorf("break lease %q: %w", short(name), err)
 	}
 	s.lostUpTo(name, token-1) // this store's own holders, at once
+	s.seen.observe(name, token)
 	return token, nil
 }
 

@@ -35,6 +35,7 @@ type Store struct {
 	ren   *renewer // started by the first kept-alive lease
 
 	parked atomic.Int64 // Acquire calls blocked waiting (for tests)
+	seen   tokenMemory  // the highest token seen per name (regress.go)
 }
 
 // New returns a store over pool, configured by cfg (see [Config] for the

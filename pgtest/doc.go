@@ -46,6 +46,20 @@
 // started with the server notices its pipe close and removes the server
 // instead. The package's own tests prove this with child test binaries.
 //
+// # Clusters
+//
+// [NewCluster] and [StartCluster] run a primary and one streaming standby
+// from local binaries (pg_basebackup, standby.signal, primary_conninfo;
+// never Docker), asynchronous or, with [WithSynchronousStandby],
+// synchronous. The cluster's [Server] connects through a multi-host DSN
+// (host=…,… port=…,… target_session_attrs=read-write), which pgx follows
+// to whichever node accepts writes. [Cluster.Promote] fails over as a crash
+// would: an immediate stop of the primary, pg_ctl promote on the standby,
+// and a return once the new primary accepts writes. [Cluster.Rejoin] makes
+// the former primary a standby again; [Cluster.PauseReplication] lets an
+// asynchronous standby fall behind; [Cluster.CatchUp] waits for replay.
+// Teardown is that of a single server, for each node (TestClusterTeardown).
+//
 // # Faults
 //
 // [Server.TerminateBackend] and [Server.TerminateApplication] end sessions

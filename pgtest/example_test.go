@@ -48,3 +48,43 @@ func ExampleMain_docker() {
 	var m *testing.M // TestMain's argument
 	pgtest.Main(m, pgtest.WithImage("postgres:16-alpine"))
 }
+
+// StartCluster runs a primary with a synchronous standby; Promote fails
+// over, and the cluster's multi-host DSN follows the new primary.
+func ExampleStartCluster() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := pgtest.StartCluster(ctx, pgtest.WithSynchronousStandby())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	db, err := c.CreateDatabase(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, db.DSN) // host=…,… port=…,… target_session_attrs=read-write
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "create table t as select 42 as x"); err != nil {
+		log.Fatal(err)
+	}
+	conn.Close(ctx)
+
+	if _, err := c.Promote(ctx); err != nil { // the primary is gone
+		log.Fatal(err)
+	}
+	conn, err = pgx.Connect(ctx, db.DSN) // the same DSN reaches the new primary
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var x int
+	if err := conn.QueryRow(ctx, "select x from t").Scan(&x); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after failover x =", x)
+	// Output: after failover x = 42
+}

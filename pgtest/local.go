@@ -35,7 +35,43 @@ type local struct {
 }
 
 func startLocal(ctx context.Context, cfg config) (*Server, error) {
-	bindir, err := findBinDir()
+	l, err := newLocal()
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			l.close()
+		}
+	}()
+	if err := l.initdb(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.allowPartitionSubnet(); err != nil {
+		return nil, err
+	}
+	l.args = l.baseArgs(cfg)
+	if err := l.startOnFreePort(ctx); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		mode:     ModeLocal,
+		cfg:      cfg,
+		adminDSN: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", l.port),
+		backend:  l,
+	}
+	if err := s.init(ctx, "pgtest_template"); err != nil {
+		return nil, fmt.Errorf("local server: %w", err)
+	}
+	ok = true
+	return s, nil
+}
+
+// newLocal finds the binaries (initdb, postgres and extra) and makes the temp dir, watched by a reaper,
+// of a server not yet initialized.
+func newLocal(extra ...string) (*local, error) {
+	bindir, err := findBinDir(extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -53,34 +89,32 @@ func startLocal(ctx context.Context, cfg config) (*Server, error) {
 		os.RemoveAll(l.dir)
 		return nil, err
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			l.close()
-		}
-	}()
 	if l.cred != nil {
 		if err := os.Chown(l.dir, int(l.cred.Uid), int(l.cred.Gid)); err != nil {
+			l.close()
 			return nil, err
 		}
 	}
-	if err := l.initdb(ctx); err != nil {
-		return nil, err
-	}
-	// Listen beyond loopback only for partitionable proxies' namespaces
-	// (see partition.go); pg_hba.conf rejects every other address.
+	return l, nil
+}
+
+// allowPartitionSubnet lets partitionable proxies' namespaces connect (see
+// partition.go); pg_hba.conf rejects every other non-loopback address.
+func (l *local) allowPartitionSubnet() error {
 	hba, err := os.OpenFile(filepath.Join(l.dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	_, err = hba.WriteString("host all all " + partitionSubnet + " trust\n")
 	if cerr := hba.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return nil, err
-	}
-	l.args = []string{
+	return err
+}
+
+// baseArgs are the postgres arguments of every throwaway local server.
+func (l *local) baseArgs(cfg config) []string {
+	return []string{
 		"-D", filepath.Join(l.dir, "data"),
 		"-c", "listen_addresses=*",
 		"-c", "unix_socket_directories=" + l.dir,
@@ -91,45 +125,41 @@ func startLocal(ctx context.Context, cfg config) (*Server, error) {
 		"-c", "shared_buffers=64MB",
 		"-c", "log_min_messages=warning",
 	}
-	// A free port can be taken between our probe and postgres' bind; retry.
+}
+
+// startOnFreePort starts postgres on a free port. A free port can be taken
+// between our probe and postgres' bind; it retries then.
+func (l *local) startOnFreePort(ctx context.Context) error {
+	var err error
 	for attempt := 0; ; attempt++ {
 		if l.port, err = freePort(); err != nil {
-			return nil, err
+			return err
 		}
 		err = l.start(ctx)
 		if err == nil || attempt == 4 || !strings.Contains(err.Error(), "could not bind") {
-			break
+			return err
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{
-		mode:     ModeLocal,
-		cfg:      cfg,
-		adminDSN: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", l.port),
-		backend:  l,
-	}
-	if err := s.init(ctx, "pgtest_template"); err != nil {
-		return nil, fmt.Errorf("local server: %w", err)
-	}
-	ok = true
-	return s, nil
 }
 
-// findBinDir finds a directory holding initdb and postgres: PGTEST_BINDIR
-// alone when set, else PATH, then `pg_config --bindir`, then the newest
+// findBinDir finds a directory holding initdb, postgres and the extra
+// programs named: PGTEST_BINDIR alone when set, else PATH (as found, then
+// with symbolic links resolved), then `pg_config --bindir`, then the newest
 // /usr/lib/postgresql/*/bin.
-func findBinDir() (string, error) {
+func findBinDir(extra ...string) (string, error) {
+	names := append([]string{"initdb", "postgres"}, extra...)
 	if dir := os.Getenv("PGTEST_BINDIR"); dir != "" {
-		if isExecutable(filepath.Join(dir, "initdb")) && isExecutable(filepath.Join(dir, "postgres")) {
+		if hasAll(dir, names) {
 			return dir, nil
 		}
-		return "", fmt.Errorf("PGTEST_BINDIR=%s holds no initdb and postgres", dir)
+		return "", fmt.Errorf("PGTEST_BINDIR=%s lacks one of %s", dir, strings.Join(names, ", "))
 	}
 	var dirs []string
 	if p, err := exec.LookPath("initdb"); err == nil {
 		dirs = append(dirs, filepath.Dir(p))
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			dirs = append(dirs, filepath.Dir(r))
+		}
 	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		dirs = append(dirs, strings.TrimSpace(string(out)))
@@ -138,11 +168,21 @@ func findBinDir() (string, error) {
 	sort.Slice(versioned, func(i, j int) bool { return pgMajor(versioned[i]) > pgMajor(versioned[j]) })
 	dirs = append(dirs, versioned...)
 	for _, d := range dirs {
-		if isExecutable(filepath.Join(d, "initdb")) && isExecutable(filepath.Join(d, "postgres")) {
+		if hasAll(d, names) {
 			return d, nil
 		}
 	}
-	return "", errors.New("no initdb and postgres found on PATH, in `pg_config --bindir` or /usr/lib/postgresql/*/bin")
+	return "", fmt.Errorf("no directory with %s found on PATH, in `pg_config --bindir` or /usr/lib/postgresql/*/bin",
+		strings.Join(names, ", "))
+}
+
+func hasAll(dir string, names []string) bool {
+	for _, n := range names {
+		if !isExecutable(filepath.Join(dir, n)) {
+			return false
+		}
+	}
+	return true
 }
 
 func pgMajor(bindir string) int {

@@ -24,7 +24,9 @@ type config struct {
 	image    string
 	docker   bool
 	maxConns int
-	setup    func(ctx context.Context, conn *pgx.Conn) error
+	// syncStandby makes a Cluster's standby synchronous.
+	syncStandby bool
+	setup       func(ctx context.Context, conn *pgx.Conn) error
 }
 
 func newConfig(opts []Option) config {

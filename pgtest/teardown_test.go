@@ -22,6 +22,9 @@ import (
 // seconds on a loaded machine.
 var childServer *pgtest.Server
 
+// childStandby connects to the standby of a TestClusterTeardown child.
+var childStandby string
+
 // teardownChildMain is TestMain in a TestTeardown child: it starts the
 // throwaway server, as SharedServer would, then runs the tests. It never
 // closes the server: the child is meant to die with it running.
@@ -29,7 +32,15 @@ func teardownChildMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var err error
-	if childServer, err = pgtest.Start(ctx); err != nil {
+	if os.Getenv("PGTEST_CHILD_CLUSTER") != "" {
+		var c *pgtest.Cluster
+		if c, err = pgtest.StartCluster(ctx, pgtest.WithSynchronousStandby()); err == nil {
+			childServer, childStandby = c.Server, c.StandbyDSN("postgres")
+		}
+	} else {
+		childServer, err = pgtest.Start(ctx)
+	}
+	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
 	}
@@ -53,6 +64,13 @@ func TestTeardownChild(t *testing.T) {
 	var v string
 	if err := conn.QueryRow(ctxT(t, time.Minute), query).Scan(&v); err != nil {
 		t.Fatal(err)
+	}
+	if childStandby != "" { // a cluster: the standby's directory first
+		var standbyDir string
+		if err := connect(t, childStandby).QueryRow(ctxT(t, time.Minute), "show data_directory").Scan(&standbyDir); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("STANDBYDIR=%s\n", standbyDir)
 	}
 	fmt.Printf("%s=%s\n", where, v)
 	// Wait until the parent has seen the server's processes.
@@ -92,8 +110,9 @@ func TestTeardown(t *testing.T) {
 
 // deadChild is what a TestTeardownChild reported before it died.
 type deadChild struct {
-	where string // its data directory, or its container's ID
-	pids  []int  // a local server's processes
+	where   string // its data directory, or its container's ID
+	pids    []int  // a local server's processes (a cluster's: both nodes')
+	standby string // a cluster's standby data directory
 }
 
 // teardownChild runs TestTeardownChild with env, lets it die of fault, and
@@ -126,8 +145,11 @@ func teardownChild(t *testing.T, fault string, env ...string) deadChild {
 	sc := bufio.NewScanner(out)
 	for child.where == "" && sc.Scan() {
 		log.WriteString(sc.Text() + "\n")
-		if v, ok := strings.CutPrefix(sc.Text(), "DATADIR="); ok {
-			child.where, child.pids = v, serverPIDs(t, v)
+		if v, ok := strings.CutPrefix(sc.Text(), "STANDBYDIR="); ok {
+			child.standby = v
+			child.pids = append(child.pids, serverPIDs(t, v)...)
+		} else if v, ok := strings.CutPrefix(sc.Text(), "DATADIR="); ok {
+			child.where, child.pids = v, append(child.pids, serverPIDs(t, v)...)
 		} else if v, ok := strings.CutPrefix(sc.Text(), "CONTAINER="); ok {
 			child.where = v
 		}
