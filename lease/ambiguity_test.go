@@ -50,9 +50,18 @@ func TestAmbiguousAcquireWithOwner(t *testing.T) {
 		}
 	}
 	exec("lock table pglocks_leases in access exclusive mode")
-	unlock := time.AfterFunc(1500*time.Millisecond, func() { _ = tx.Commit(context.Background()) })
-	defer unlock.Stop()
-	defer tx.Rollback(context.Background())
+	committed := make(chan struct{})
+	unlock := time.AfterFunc(1500*time.Millisecond, func() {
+		defer close(committed)
+		_ = tx.Commit(context.Background())
+	})
+	defer func() { // the tx is the timer's once it has fired: never used from two goroutines
+		if unlock.Stop() {
+			_ = tx.Rollback(context.Background())
+		} else {
+			<-committed
+		}
+	}()
 
 	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	start := time.Now()
