@@ -8,61 +8,34 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/dial"
 )
 
-// connect opens a dedicated connection the way the pool opens its own:
-// from a copy of the pool's ConnConfig, through its BeforeConnect hook
-// (rotated passwords, IAM tokens) and AfterConnect hook. Only
-// application_name goes in the startup packet (every pooler accepts it);
-// the rest of the session hygiene is set by one statement after
-// connecting (see [sessionSettings]). The client socket gets keepalives,
-// and a statement is interrupted by a socket deadline (pgx's default)
-// rather than by a cancel request on a new TCP connection.
-func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandler) (*pgconn.PgConn, error) {
-	cfg := l.poolCfg.ConnConfig.Copy()
-	if l.poolCfg.BeforeConnect != nil {
-		if err := l.poolCfg.BeforeConnect(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("BeforeConnect: %w", err)
-		}
-	}
+// connect opens a dedicated connection the way the pool opens its own
+// (see [dial.Dedicated]): from a copy of the pool's ConnConfig, through its
+// BeforeConnect hook (rotated passwords, IAM tokens) and AfterConnect hook.
+// Only application_name goes in the startup packet (every pooler accepts
+// it); the rest of the session hygiene is set by one statement after
+// connecting (see [sessionSettings]), which also reads the backend's real
+// pid (behind a pooler the connection's own PID is the pooler's). The
+// client socket gets keepalives, and a statement is interrupted by a socket
+// deadline (pgx's default) rather than by a cancel request on a new TCP
+// connection.
+func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandler) (*pgconn.PgConn, uint32, error) {
 	c := l.cfg
-	if cfg.RuntimeParams == nil {
-		cfg.RuntimeParams = map[string]string{}
-	}
-	cfg.RuntimeParams["application_name"] = c.ApplicationName
-	cfg.OnNotification = onNotify
-	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
-	}
-	dial := cfg.DialFunc
-	ka := net.KeepAliveConfig{Enable: true, Idle: c.KeepalivesIdle, Interval: c.KeepalivesInterval, Count: c.KeepalivesCount}
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dial(ctx, network, addr)
-		if tc, ok := conn.(*net.TCPConn); ok && err == nil {
-			_ = tc.SetKeepAliveConfig(ka) // best effort; the server side matters most
-		}
-		return conn, err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := dial.Dedicated(ctx, l.poolCfg, dial.Options{
+		ApplicationName:   c.ApplicationName,
+		OnNotification:    onNotify,
+		Keepalive:         net.KeepAliveConfig{Enable: true, Idle: c.KeepalivesIdle, Interval: c.KeepalivesInterval, Count: c.KeepalivesCount},
+		DeadlineInterrupt: true,
+		Settings:          l.sessionSettings,
+	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if l.poolCfg.AfterConnect != nil {
-		if err := l.poolCfg.AfterConnect(ctx, conn); err != nil {
-			_ = conn.Close(ctx)
-			return nil, fmt.Errorf("AfterConnect: %w", err)
-		}
-	}
-	pc := conn.PgConn()
-	if _, err := pc.Exec(ctx, l.sessionSettings(pc)).ReadAll(); err != nil {
-		_ = pc.Close(ctx)
-		return nil, fmt.Errorf("session settings: %w", err)
-	}
-	return pc, nil
+	return conn.PgConn(), conn.BackendPID, nil
 }
 
 // idleSessionTimeout disables idle_session_timeout on servers that have it
