@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/internal/dial"
+	"github.com/pglocks/pglocks/internal/outcome"
+	"github.com/pglocks/pglocks/internal/pooler"
 )
 
 // connect opens a dedicated connection the way the pool opens its own
@@ -35,7 +38,30 @@ func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandle
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := refuseTransactionPooling(ctx, l.poolCfg, conn); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, 0, err
+	}
 	return conn.PgConn(), conn.BackendPID, nil
+}
+
+// refuseTransactionPooling fails the dial of a connection that reaches the
+// server through a pooler in transaction mode, where a session lock would
+// be taken on one server session and left there (see [ErrTransactionPooling]).
+// A connection whose startup pid is its backend's (no pooler) costs nothing
+// more; behind a pooler the probe opens one more connection, once per dial.
+func refuseTransactionPooling(ctx context.Context, pool *pgxpool.Config, conn dial.Conn) error {
+	if !pooler.Behind(conn) {
+		return nil
+	}
+	mode, err := pooler.Probe(ctx, pool, conn)
+	if err != nil {
+		return err
+	}
+	if mode == pooler.Transaction {
+		return outcome.MarkFatal(ErrTransactionPooling)
+	}
+	return nil
 }
 
 // idleSessionTimeout disables idle_session_timeout on servers that have it

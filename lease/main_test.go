@@ -45,7 +45,7 @@ type bundle struct {
 func setup(t *testing.T) bundle {
 	t.Helper()
 	db := pgtest.New(t)
-	pool := db.NewPool(t)
+	pool := poolFor(t, db)
 	return bundle{db: db, pool: pool, store: newStore(t, pool, lease.Config{})}
 }
 

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // NewBouncer starts a [Bouncer] in mode in front of s for one test, closed
@@ -41,4 +43,11 @@ func (d *DB) Bouncer(t testing.TB, mode PoolMode) (b *Bouncer, dsn string) {
 		t.Fatal(err)
 	}
 	return b, dsn
+}
+
+// NewPool opens a pool on dsn — for instance a [Bouncer]'s — closed when the
+// test ends, like [DB.NewPool].
+func NewPool(t testing.TB, dsn string, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	return newPool(t, dsn, configure)
 }
