@@ -57,7 +57,7 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 			}
 			continue
 		case errors.As(err, &held):
-			wait = held.ExpiresIn + jitter(held.ExpiresIn)
+			wait = lis.pollWait(held.ExpiresIn + jitter(held.ExpiresIn))
 			bo.Reset()
 		case retryable(err) && ctx.Err() == nil:
 			wait = bo.Next()

@@ -1,11 +1,15 @@
 package lease_test
 
 import (
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -49,7 +53,6 @@ func TestViaTransactionBouncer(t *testing.T) {
 		"TryAcquire":               TestTryAcquire,
 		"TokensOnlyGrow":           TestTokensOnlyGrow,
 		"ConcurrentTries":          TestConcurrentTries,
-		"FailedTryWritesNothing":   TestFailedTryWritesNothing,
 		"AcquireWaitsForRelease":   TestAcquireWaitsForRelease,
 		"AcquireWakesAtExpiry":     TestAcquireWakesAtExpiry,
 		"AcquireCancelled":         TestAcquireCancelled,
@@ -71,4 +74,106 @@ func TestViaTransactionBouncer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAcquirePollsBehindTransactionPooling: behind a transaction-mode
+// PgBouncer notifications cannot reach the store, so its listener, after a
+// probe, never LISTENs nor takes interest locks, and a waiting Acquire
+// polls: with an hour left on the holder's lease, a release still hands
+// the lease over within a few poll intervals.
+func TestAcquirePollsBehindTransactionPooling(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	_, dsn := db.Bouncer(t, pgtest.PoolTransaction)
+	pool := pgtest.NewPool(t, dsn) // pgx's default exec mode: cache_statement
+	store := newStore(t, pool, lease.Config{})
+	direct := db.Conn(t)
+	ctx := ctxT(t)
+	var lat []time.Duration
+	for i := range 10 {
+		holder := mustTry(t, store, "polled", time.Hour)
+		got := make(chan *lease.Lease, 1)
+		go func() {
+			l, err := store.Acquire(ctx, "polled", time.Hour)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		waitParkedPolling(t, store)
+		if i == 0 {
+			var n int
+			if err := direct.QueryRow(ctx, "select count(*) from pg_locks where locktype = 'advisory'").Scan(&n); err != nil || n != 0 {
+				t.Fatalf("advisory locks on the server while polling: %d, %v; want none", n, err)
+			}
+		}
+		start := time.Now()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := <-got
+		if l == nil {
+			t.FailNow()
+		}
+		lat = append(lat, time.Since(start))
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("release → acquired by a polling waiter: p50 %v, max %v (poll interval %v ± 50%%)",
+		lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), lease.PollInterval)
+	if lat[len(lat)-1] > 10*time.Second {
+		t.Errorf("a polling waiter took %v", lat[len(lat)-1])
+	}
+}
+
+// waitParkedPolling waits until an Acquire of s waits and s polls.
+func waitParkedPolling(t testing.TB, s *lease.Store) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for lease.Parked(s) == 0 || !lease.Polling(s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no Acquire polling (parked %d, polling %v)", lease.Parked(s), lease.Polling(s))
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestAcquireListensBehindSessionPooling: behind a session-mode PgBouncer
+// the store LISTENs as over a direct connection, and a release wakes a
+// waiter at once.
+func TestAcquireListensBehindSessionPooling(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	_, dsn := db.Bouncer(t, pgtest.PoolSession)
+	store := newStore(t, pgtest.NewPool(t, dsn), lease.Config{})
+	ctx := ctxT(t)
+	holder := mustTry(t, store, "listened", time.Hour)
+	got := make(chan *lease.Lease, 1)
+	go func() {
+		l, err := store.Acquire(ctx, "listened", time.Hour)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for lease.Parked(store) == 0 || !lease.Listening(store) {
+		if time.Now().After(deadline) {
+			t.Fatal("no Acquire waiting on a listening store")
+		}
+		runtime.Gosched()
+	}
+	if lease.Polling(store) {
+		t.Fatal("the store polls behind a session-mode pooler")
+	}
+	start := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-got; l == nil {
+		t.FailNow()
+	}
+	t.Logf("release → acquired through session pooling in %v", time.Since(start).Round(time.Microsecond))
 }
