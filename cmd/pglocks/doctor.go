@@ -90,7 +90,7 @@ func doctor(ctx context.Context, pool *pgxpool.Pool, schema, table string, needs
 	for _, s := range f.settings {
 		row(s[0], s[1])
 	}
-	row("clock offset (server − client)", fmt.Sprintf("%v ± %v", f.offset.Round(time.Microsecond), (f.rtt / 2).Round(time.Microsecond)))
+	row("clock offset (server − client)", fmt.Sprintf("%v ± %v", f.offset.Round(time.Microsecond), (f.rtt/2).Round(time.Microsecond)))
 	why := f.safe()
 	failed := false
 	for _, feat := range features {
