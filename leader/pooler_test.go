@@ -78,3 +78,46 @@ func TestRunRefusedBehindTransactionPooling(t *testing.T) {
 	}
 	t.Logf("Run returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
+
+// TestObservePollsBehindTransactionPooling: an Observe whose pool is behind
+// a transaction-mode PgBouncer does not LISTEN (a probe tells it) and polls
+// every RetryInterval: it still sees an election and a resignation.
+func TestObservePollsBehindTransactionPooling(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	_, dsn := db.Bouncer(t, pgtest.PoolTransaction)
+	pool := pgtest.NewPool(t, dsn) // pgx's default exec mode: cache_statement
+	watcher, err := leader.New(leader.Config{Name: "polled", Pool: pool, RetryInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watcher.Close(context.Background()) })
+	ctx := ctxT(t, time.Minute)
+	updates := watcher.Observe(ctx)
+	next := func(what string) (leader.Leader, time.Time) {
+		t.Helper()
+		select {
+		case l := <-updates:
+			return l, time.Now()
+		case <-ctx.Done():
+			t.Fatalf("no update: %s", what)
+			return leader.Leader{}, time.Time{}
+		}
+	}
+	if l, _ := next("initial state"); l.Held {
+		t.Fatalf("initial state %+v, want no leader", l)
+	}
+	c := startCandidate(t, newReplica(t, db.DSN), "polled", "poll-1", nil)
+	ev := waitEvent(t, c.elected, "election")
+	l, seen := next("election")
+	if !l.Held || l.Identity != "poll-1" || l.Term != ev.term.Number {
+		t.Fatalf("after election: %+v", l)
+	}
+	t.Logf("election seen by polling %v after it happened", seen.Sub(ev.at).Round(time.Millisecond))
+	if err := c.e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := next("resignation"); l.Held {
+		t.Fatalf("after resignation: %+v", l)
+	}
+}
