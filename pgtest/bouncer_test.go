@@ -1,8 +1,13 @@
 package pgtest_test
 
 import (
+	"bufio"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,4 +139,68 @@ func closeAndCheck(t *testing.T, b *pgtest.Bouncer, direct *pgx.Conn, dbname str
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+}
+
+// TestBouncerTeardownChild is the child process of TestBouncerTeardown: it
+// starts a bouncer, reports its address, and waits to be killed.
+func TestBouncerTeardownChild(t *testing.T) {
+	if os.Getenv("PGTEST_CHILD_FAULT") != "bouncer" {
+		t.Skip("helper process of TestBouncerTeardown")
+	}
+	ctx := ctxT(t, time.Minute)
+	b, err := pgtest.StartBouncer(ctx, childServer, pgtest.PoolTransaction)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("BOUNCER=%s\n", b.Addr())
+	<-time.After(time.Hour)
+}
+
+// TestBouncerTeardown: a bouncer whose test binary is SIGKILLed is killed
+// by its watchdog: nothing listens on its address afterwards.
+func TestBouncerTeardown(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	ctx := ctxT(t, 2*time.Minute)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBouncerTeardownChild$", "-test.v", "-test.timeout=10m")
+	cmd.Env = append(withoutEnv(os.Environ(), "PGTEST_DSN"), "PGTEST_CHILD_FAULT=bouncer", "PGTEST_DOCKER=0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	var log strings.Builder
+	sc := bufio.NewScanner(out)
+	for addr == "" && sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if v, ok := strings.CutPrefix(sc.Text(), "BOUNCER="); ok {
+			addr = v
+		}
+	}
+	if addr == "" {
+		_ = cmd.Wait()
+		t.Skipf("child started no bouncer (pgbouncer missing?):\n%s", log.String())
+	}
+	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
+		t.Fatalf("the child's bouncer does not listen on %s: %v", addr, err)
+	} else {
+		_ = c.Close()
+	}
+	_ = cmd.Process.Kill()
+	for sc.Scan() {
+	}
+	_ = cmd.Wait()
+	waitFor(t, ctx, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil
+	}, func() string { return "the bouncer still listens on " + addr + " after its test binary was killed" })
 }
