@@ -81,7 +81,7 @@ func TestRunRefusedBehindTransactionPooling(t *testing.T) {
 
 // TestObservePollsBehindTransactionPooling: an Observe whose pool is behind
 // a transaction-mode PgBouncer does not LISTEN (a probe tells it) and polls
-// every RetryInterval: it still sees an election and a resignation.
+// every RetryInterval: it still sees an election and a step-down.
 func TestObservePollsBehindTransactionPooling(t *testing.T) {
 	t.Parallel()
 	db := setup(t)
@@ -114,10 +114,8 @@ func TestObservePollsBehindTransactionPooling(t *testing.T) {
 		t.Fatalf("after election: %+v", l)
 	}
 	t.Logf("election seen by polling %v after it happened", seen.Sub(ev.at).Round(time.Millisecond))
-	if err := c.e.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if l, _ := next("resignation"); l.Held {
-		t.Fatalf("after resignation: %+v", l)
+	c.stop(t) // steps down, releases, and does not run again
+	if l, _ := next("step-down"); l.Held {
+		t.Fatalf("after the leader stopped: %+v", l)
 	}
 }
