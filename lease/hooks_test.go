@@ -2,11 +2,9 @@ package lease_test
 
 import (
 	"context"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,22 +35,7 @@ func TestListenerUsesPoolHooks(t *testing.T) {
 	})
 	store := newStore(t, pool, lease.Config{})
 	ctx := ctxT(t)
-	holder := mustTry(t, store, "hooked", time.Hour)
-	got := make(chan *lease.Lease, 1)
-	go func() {
-		l, err := store.Acquire(ctx, "hooked", time.Hour)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for lease.Parked(store) == 0 || !lease.Listening(store) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the listener never listened (parked %d)", lease.Parked(store))
-		}
-		runtime.Gosched()
-	}
+	holder, got := heldAndAwaited(t, store, "hooked")
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

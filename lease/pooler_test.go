@@ -149,22 +149,7 @@ func TestAcquireListensBehindSessionPooling(t *testing.T) {
 	_, dsn := db.Bouncer(t, pgtest.PoolSession)
 	store := newStore(t, pgtest.NewPool(t, dsn), lease.Config{})
 	ctx := ctxT(t)
-	holder := mustTry(t, store, "listened", time.Hour)
-	got := make(chan *lease.Lease, 1)
-	go func() {
-		l, err := store.Acquire(ctx, "listened", time.Hour)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for lease.Parked(store) == 0 || !lease.Listening(store) {
-		if time.Now().After(deadline) {
-			t.Fatal("no Acquire waiting on a listening store")
-		}
-		runtime.Gosched()
-	}
+	holder, got := heldAndAwaited(t, store, "listened")
 	if lease.Polling(store) {
 		t.Fatal("the store polls behind a session-mode pooler")
 	}
@@ -176,4 +161,28 @@ func TestAcquireListensBehindSessionPooling(t *testing.T) {
 		t.FailNow()
 	}
 	t.Logf("release → acquired through session pooling in %v", time.Since(start).Round(time.Microsecond))
+}
+
+// heldAndAwaited holds name for an hour and starts an Acquire of it, and
+// returns once the Acquire waits on a listening store; got receives the
+// Acquire's lease (nil on error).
+func heldAndAwaited(t *testing.T, store *lease.Store, name string) (holder *lease.Lease, got chan *lease.Lease) {
+	t.Helper()
+	holder = mustTry(t, store, name, time.Hour)
+	got = make(chan *lease.Lease, 1)
+	go func() {
+		l, err := store.Acquire(ctxT(t), name, time.Hour)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for lease.Parked(store) == 0 || !lease.Listening(store) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no Acquire waiting on a listening store (parked %d)", lease.Parked(store))
+		}
+		runtime.Gosched()
+	}
+	return holder, got
 }

@@ -260,15 +260,5 @@ exit 0
 `
 
 func startBouncerReaper(dir string, pid int) (*reaper, error) {
-	cmd := exec.Command("/bin/sh", "-c", bouncerReaperScript)
-	cmd.Env = append(os.Environ(), "PGTEST_REAP_DIR="+dir, "PGTEST_REAP_PID="+strconv.Itoa(pid))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	w, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return &reaper{cmd: cmd, w: w}, nil
+	return startWatchdog(bouncerReaperScript, "PGTEST_REAP_DIR="+dir, "PGTEST_REAP_PID="+strconv.Itoa(pid))
 }
