@@ -49,14 +49,24 @@ func (m Mode) String() string {
 // own.
 func Behind(c dial.Conn) bool { return c.PgConn().PID() != c.BackendPID }
 
+// probeRounds bounds the rounds of a probe. One round suffices when no
+// other client uses the pooler meanwhile; each more round gives another
+// chance to see transaction pooling despite other clients' traffic.
+const probeRounds = 5
+
 // Probe tells Direct, Session and Transaction apart for first, a dedicated
 // connection from pool that is idle (no transaction open). When first is
 // behind a pooler it opens a second connection from pool (closed before
-// returning) that holds a transaction open while first runs a statement:
-// under transaction pooling either the second lands on first's server
-// session, or first has to move to another — neither happens when each
-// client keeps its own session. ctx should be short: behind a pooler whose
-// server pool is full, first's statement waits for the second's.
+// returning) and, in up to probeRounds rounds, runs a statement on first
+// (so that, under transaction pooling, first's server session is the one
+// the pooler freed last), then holds a transaction open on the second and
+// runs another statement on first. Under transaction pooling the second
+// lands on first's server session, or first has to move to another;
+// neither ever happens when each client keeps its own session, so Session
+// is never mistaken for Transaction. The other way round is possible when
+// other clients' traffic keeps taking first's server session in between,
+// in every round. ctx should be short: behind a pooler whose server pool
+// is full, first's statement waits for the second's transaction.
 func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Mode, error) {
 	if !Behind(first) {
 		return Direct, nil
@@ -69,24 +79,37 @@ func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Mode, er
 	if second.BackendPID == first.BackendPID {
 		return Transaction, nil
 	}
-	spc := second.PgConn()
-	res, err := spc.Exec(ctx, "begin; select pg_backend_pid()").ReadAll()
+	for range probeRounds {
+		moved, err := probeRound(ctx, first, second.PgConn())
+		if err != nil || moved {
+			return Transaction, err
+		}
+	}
+	return Session, nil
+}
+
+// probeRound reports whether first's statements ran on another backend
+// than its own, or the second's transaction on first's backend.
+func probeRound(ctx context.Context, first dial.Conn, second *pgconn.PgConn) (bool, error) {
+	if now, err := BackendPID(ctx, first.PgConn()); err != nil || now != first.BackendPID {
+		return err == nil, err
+	}
+	res, err := second.Exec(ctx, "begin; select pg_backend_pid()").ReadAll()
 	if err != nil {
-		return 0, fmt.Errorf("pooler probe: %w", err)
+		return false, fmt.Errorf("pooler probe: %w", err)
 	}
 	inTx, err := pidOf(res)
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	now, err := BackendPID(ctx, first.PgConn())
-	_, _ = spc.Exec(ctx, "rollback").ReadAll()
+	if _, rerr := second.Exec(ctx, "rollback").ReadAll(); err == nil && rerr != nil {
+		err = fmt.Errorf("pooler probe: %w", rerr)
+	}
 	if err != nil {
-		return 0, err
+		return false, err
 	}
-	if inTx == first.BackendPID || now != first.BackendPID {
-		return Transaction, nil
-	}
-	return Session, nil
+	return inTx == first.BackendPID || now != first.BackendPID, nil
 }
 
 // BackendPID runs select pg_backend_pid() on pc (simple protocol, so it is

@@ -2,9 +2,11 @@ package pooler_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/internal/dial"
 	"github.com/pglocks/pglocks/internal/pooler"
@@ -51,5 +53,40 @@ func TestProbe(t *testing.T) {
 				t.Errorf("PgBouncer %s mode: probe says %v, want %v", c.mode, m, c.want)
 			}
 		}
+	}
+}
+
+// TestProbeUnderTraffic: other clients' statements through the same
+// pooler, taking and freeing server sessions all the while, do not make
+// the probe mistake one mode for the other.
+func TestProbeUnderTraffic(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	for _, c := range []struct {
+		mode pgtest.PoolMode
+		want pooler.Mode
+	}{{pgtest.PoolSession, pooler.Session}, {pgtest.PoolTransaction, pooler.Transaction}} {
+		_, dsn := db.Bouncer(t, c.mode)
+		ctx, stop := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range 4 {
+			conn, err := pgx.Connect(ctx, dsn+"&default_query_exec_mode=simple_protocol")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() {
+				defer conn.Close(context.Background())
+				for ctx.Err() == nil {
+					_, _ = conn.Exec(ctx, "select pg_backend_pid()")
+				}
+			})
+		}
+		for range 10 {
+			if m := probe(t, dsn); m != c.want {
+				t.Errorf("PgBouncer %s mode under traffic: probe says %v, want %v", c.mode, m, c.want)
+			}
+		}
+		stop()
+		wg.Wait()
 	}
 }
