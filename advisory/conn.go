@@ -8,77 +8,64 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/dial"
 	"github.com/pglocks/pglocks/internal/outcome"
+	"github.com/pglocks/pglocks/internal/pooler"
 )
 
-// connect opens a dedicated connection the way the pool opens its own:
-// from a copy of the pool's ConnConfig, through its BeforeConnect hook
-// (rotated passwords, IAM tokens) and AfterConnect hook. Only
-// application_name goes in the startup packet (every pooler accepts it);
-// the rest of the session hygiene is set by one statement after
-// connecting (see [sessionSettings]). The client socket gets keepalives,
-// and a statement is interrupted by a socket deadline (pgx's default)
-// rather than by a cancel request on a new TCP connection.
-func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandler) (*pgconn.PgConn, error) {
-	cfg := l.poolCfg.ConnConfig.Copy()
-	if l.poolCfg.BeforeConnect != nil {
-		if err := l.poolCfg.BeforeConnect(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("BeforeConnect: %w", err)
-		}
-	}
+// connect opens a dedicated connection the way the pool opens its own
+// (see [dial.Dedicated]): from a copy of the pool's ConnConfig, through its
+// BeforeConnect hook (rotated passwords, IAM tokens) and AfterConnect hook.
+// Only application_name goes in the startup packet (every pooler accepts
+// it); the rest of the session hygiene is set by one statement after
+// connecting (see [sessionSettings]), which also reads the backend's real
+// pid (behind a pooler the connection's own PID is the pooler's). The
+// client socket gets keepalives, and a statement is interrupted by a socket
+// deadline (pgx's default) rather than by a cancel request on a new TCP
+// connection.
+func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandler) (*pgconn.PgConn, uint32, error) {
 	c := l.cfg
-	if cfg.RuntimeParams == nil {
-		cfg.RuntimeParams = map[string]string{}
-	}
-	cfg.RuntimeParams["application_name"] = c.ApplicationName
-	cfg.OnNotification = onNotify
-	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
-	}
-	dial := cfg.DialFunc
-	ka := net.KeepAliveConfig{Enable: true, Idle: c.KeepalivesIdle, Interval: c.KeepalivesInterval, Count: c.KeepalivesCount}
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dial(ctx, network, addr)
-		if tc, ok := conn.(*net.TCPConn); ok && err == nil {
-			_ = tc.SetKeepAliveConfig(ka) // best effort; the server side matters most
-		}
-		return conn, err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := dial.Dedicated(ctx, l.poolCfg, dial.Options{
+		ApplicationName:   c.ApplicationName,
+		OnNotification:    onNotify,
+		Keepalive:         net.KeepAliveConfig{Enable: true, Idle: c.KeepalivesIdle, Interval: c.KeepalivesInterval, Count: c.KeepalivesCount},
+		DeadlineInterrupt: true,
+		Settings:          l.sessionSettings,
+	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if l.poolCfg.AfterConnect != nil {
-		if err := l.poolCfg.AfterConnect(ctx, conn); err != nil {
-			_ = conn.Close(ctx)
-			return nil, fmt.Errorf("AfterConnect: %w", err)
-		}
+	if err := refuseTransactionPooling(ctx, l.poolCfg, conn); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, 0, err
 	}
-	pc := conn.PgConn()
-	results, err := pc.Exec(ctx, l.sessionSettings(pc)).ReadAll()
-	if err != nil {
-		_ = pc.Close(ctx)
-		return nil, fmt.Errorf("session settings: %w", err)
+	if conn.InRecovery {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, 0, outcome.MarkFatal(ErrStandby)
 	}
-	if inRecovery(results) {
-		_ = pc.Close(ctx)
-		return nil, outcome.MarkFatal(ErrStandby)
-	}
-	return pc, nil
+	return conn.PgConn(), conn.BackendPID, nil
 }
 
-// inRecovery reads the answer of the settings' last statement, select
-// pg_is_in_recovery().
-func inRecovery(results []*pgconn.Result) bool {
-	if len(results) == 0 {
-		return false
+// refuseTransactionPooling fails the dial of a connection that reaches the
+// server through a pooler in transaction mode, where a session lock would
+// be taken on one server session and left there (see [ErrTransactionPooling]).
+// A connection whose startup pid is its backend's (no pooler) costs nothing
+// more; behind a pooler the probe opens one more connection, once per dial.
+func refuseTransactionPooling(ctx context.Context, pool *pgxpool.Config, conn dial.Conn) error {
+	if !pooler.Behind(conn) {
+		return nil
 	}
-	rows := results[len(results)-1].Rows
-	return len(rows) == 1 && len(rows[0]) == 1 && string(rows[0][0]) == "t"
+	mode, err := pooler.Probe(ctx, pool, conn)
+	if err != nil {
+		return err
+	}
+	if mode == pooler.Transaction {
+		return outcome.MarkFatal(ErrTransactionPooling)
+	}
+	return nil
 }
 
 // idleSessionTimeout disables idle_session_timeout on servers that have it
@@ -102,9 +89,10 @@ func idleSessionTimeout(pc *pgconn.PgConn) string {
 // cannot cancel a try or unlock or end a session that holds locks;
 // synchronous_commit is off because only a NOTIFY assigns a transaction id
 // here, and its commit need not wait for the WAL flush. statement_timeout
-// comes first, so the rest cannot be cancelled by a tiny role default. The
-// last statement asks pg_is_in_recovery(): a standby's session is refused
-// ([ErrStandby]) in the same round trip.
+// comes first, so the rest cannot be cancelled by a tiny role default.
+// dial.Dedicated appends its own select of pg_backend_pid() and
+// pg_is_in_recovery() to the same round trip: a standby's session is
+// refused ([ErrStandby]).
 //
 // The settings are one simple-protocol query, so they take effect all
 // together or not at all: if the server (or a pooler) refuses any of them,
@@ -115,7 +103,7 @@ func (l *Locker) sessionSettings(pc *pgconn.PgConn) string {
 	return fmt.Sprintf("set statement_timeout = 0; set lock_timeout = 0; "+
 		"set idle_in_transaction_session_timeout = 0; %s"+
 		"set tcp_keepalives_idle = %d; set tcp_keepalives_interval = %d; set tcp_keepalives_count = %d; "+
-		"set tcp_user_timeout = %d; set synchronous_commit = off; select pg_is_in_recovery()",
+		"set tcp_user_timeout = %d; set synchronous_commit = off",
 		idleSessionTimeout(pc),
 		int(c.KeepalivesIdle/time.Second), int(c.KeepalivesInterval/time.Second), c.KeepalivesCount,
 		int(c.TCPUserTimeout/time.Millisecond))

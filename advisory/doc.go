@@ -30,6 +30,21 @@
 // parameter but application_name, which poolers accept). Behind a
 // transaction-mode pooler use transaction locks, or the lease package.
 //
+// A Locker checks: when it opens a session whose startup process id is not
+// its backend's (a pooler announces its own), it probes with a second
+// connection whether the pooler keeps each client on one server session,
+// and behind transaction pooling every session-lock operation fails with
+// [ErrTransactionPooling], at once and without retrying (tested through a
+// real PgBouncer: TestTransactionPoolingRefused; the behaviour tests pass
+// through a session-mode PgBouncer: TestViaSessionBouncer). The probe
+// relies on the pooler reusing a free server session for the next client,
+// as PgBouncer does; a pooler that hands out sessions otherwise may go
+// undetected, so do not rely on the check alone. [Lock.PID] is the
+// backend's real pid, read after connecting. Transaction locks run their
+// statement in pgx.QueryExecModeExec when the connection caches prepared
+// statements (pgx's default), so they work behind transaction pooling in
+// every exec mode (TestXactThroughTransactionPooling).
+//
 // # How a Locker holds locks
 //
 // A Locker is built from a *pgxpool.Pool with [New] and a [Config]. It never

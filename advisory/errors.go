@@ -36,6 +36,17 @@ var (
 	// refuses the session. Point the pool at the primary, or at every node
 	// with target_session_attrs=read-write.
 	ErrStandby = errors.New("advisory: the server is a standby (pg_is_in_recovery()); its locks would not exclude the primary's clients")
+
+	// ErrTransactionPooling is returned by every session-lock operation of
+	// a [Locker] whose pool reaches PostgreSQL through a pooler in
+	// transaction mode (PgBouncer pool_mode=transaction, RDS Proxy,
+	// Supavisor on port 6543), found by a probe when the Locker opens a
+	// session: there a session lock would stay on whichever server session
+	// ran the statement, held for nobody, or be "released" on another. It
+	// is not retried. Use [XactLock] and its kin, or the lease package,
+	// behind such a pooler, or give the Locker a pool that reaches
+	// PostgreSQL directly or through a session-mode pooler.
+	ErrTransactionPooling = errors.New("advisory: session locks refused: the pool reaches PostgreSQL through a pooler in transaction mode (use XactLock or leases, or a direct or session-mode connection)")
 )
 
 // opError says which operation on which key failed, and wraps why.

@@ -10,7 +10,8 @@ import (
 	"github.com/pglocks/pglocks"
 )
 
-// Querier runs a query: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+// Querier runs a query: a *pgxpool.Pool, *pgx.Conn or pgx.Tx. Its Query
+// must accept a pgx.QueryExecMode as the first argument, as those do.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
@@ -54,7 +55,9 @@ func Holders(ctx context.Context, q Querier, key pglocks.Key) ([]Holder, error) 
 		return nil, opErr("holders", key, err)
 	}
 	classid, objid, objsubid := key.LockTag()
-	rows, err := q.Query(ctx, holdersSQL, int64(classid), int64(objid), objsubid)
+	// QueryExecModeExec: one round trip with no prepared statement to
+	// outlive the transaction, so it works behind any pooler.
+	rows, err := q.Query(ctx, holdersSQL, pgx.QueryExecModeExec, int64(classid), int64(objid), objsubid)
 	if err != nil {
 		return nil, opErr("holders", key, err)
 	}

@@ -27,7 +27,7 @@ type bundle struct {
 func setup(t testing.TB, cfgs ...advisory.Config) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
-	pool := db.NewPool(t)
+	pool := poolFor(t, db)
 	var cfg advisory.Config
 	if len(cfgs) > 0 {
 		cfg = cfgs[0]

@@ -129,7 +129,7 @@ func (l *Locker) openSession() {
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.QueryTimeout+l.connectTimeout())
 	defer cancel()
-	conn, err := l.connect(ctx, nil)
+	conn, pid, err := l.connect(ctx, nil)
 	if err == nil {
 		if err = prepareAll(ctx, conn); err != nil {
 			_ = conn.Close(ctx)
@@ -154,7 +154,7 @@ func (l *Locker) openSession() {
 	s := &session{
 		l:       l,
 		conn:    conn,
-		pid:     conn.PID(),
+		pid:     pid,
 		signal:  make(chan struct{}, 1),
 		dead:    make(chan struct{}),
 		lastUse: time.Now(),

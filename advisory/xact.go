@@ -106,10 +106,26 @@ func tryXactOnce(ctx context.Context, tx pgx.Tx, key pglocks.Key, shared bool) (
 	}
 	var ok bool
 	var err error
+	mode := xactExecMode(tx)
 	if hi, lo, isPair := key.Pair(); isPair {
-		err = tx.QueryRow(ctx, "select "+fn+"($1::int4, $2::int4)", hi, lo).Scan(&ok)
+		err = tx.QueryRow(ctx, "select "+fn+"($1::int4, $2::int4)", mode, hi, lo).Scan(&ok)
 	} else {
-		err = tx.QueryRow(ctx, "select "+fn+"($1::int8)", key.Int64()).Scan(&ok)
+		err = tx.QueryRow(ctx, "select "+fn+"($1::int8)", mode, key.Int64()).Scan(&ok)
 	}
 	return ok, err
+}
+
+// xactExecMode is the exec mode of a transaction lock's statement: the
+// connection's own, unless it caches prepared statements across
+// transactions (pgx's default), which breaks behind a pooler in
+// transaction mode: the next transaction may run on a server session that
+// never saw the statement, or that another client prepared it on. Then
+// QueryExecModeExec: one round trip, an unnamed statement, safe everywhere.
+func xactExecMode(tx pgx.Tx) pgx.QueryExecMode {
+	switch m := tx.Conn().Config().DefaultQueryExecMode; m {
+	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
+		return pgx.QueryExecModeExec
+	default:
+		return m
+	}
 }

@@ -136,6 +136,19 @@
 // forward requests to the leader. Hooks (OnElected, OnDemoted, OnNewLeader)
 // run on a goroutine of their own and never hold up the election.
 //
+// # Behind a pooler
+//
+// Through a pooler in session mode everything works as over a direct
+// connection (TestViaSessionBouncer runs the behaviour tests through a real
+// PgBouncer). Behind a pooler in transaction mode the campaign's session
+// lock cannot be held: the Locker refuses it, and Run returns
+// [advisory.ErrTransactionPooling] at once (TestRunRefusedBehindTransactionPooling);
+// there is no lease-only campaign yet. Give Run a pool that reaches
+// PostgreSQL directly or through a session-mode pooler. [Elector.Observe]
+// and [Elector.Leader] work behind transaction pooling: Observe finds by a
+// probe that LISTEN cannot work there, logs it once and polls every
+// RetryInterval (TestObservePollsBehindTransactionPooling).
+//
 // # Many elections
 //
 // Elections share one advisory Locker (a few sessions hold every election's

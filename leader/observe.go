@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pglocks/pglocks/internal/dial"
+	"github.com/pglocks/pglocks/internal/pooler"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -32,8 +34,10 @@ func (e *Elector) Leader(ctx context.Context) (Leader, error) {
 // transaction mode), it polls every RetryInterval and at the current term's
 // expiry. The channel is closed when ctx ends or the elector is closed.
 // Notifications about other elections on the channel cost no read.
-// Observe holds one pool connection for LISTEN while it runs; it does not
-// need Run.
+// Observe opens one connection of its own for LISTEN while it runs, the
+// way the pool opens its connections (its hooks too), outside MaxConns; it
+// does not need Run. Behind a pooler in transaction mode, where LISTEN does
+// not work, it finds so by a probe, logs it once and only polls.
 func (e *Elector) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	go func() {
@@ -56,14 +60,12 @@ type observer struct {
 
 func (o *observer) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		conn, err := o.e.cfg.Pool.Acquire(ctx)
-		if err == nil {
-			_, err = conn.Exec(ctx, "listen "+pgx.Identifier{o.e.cfg.Channel}.Sanitize())
-			if err == nil {
-				err = o.loop(ctx, conn.Conn())
-			}
-			// The connection may be mid-LISTEN or broken: never reuse it.
-			_ = conn.Hijack().Close(context.Background())
+		err := o.listen(ctx)
+		if errors.Is(err, errTransactionPooling) {
+			o.e.cfg.Logger.Info("leader: observe: the pool is behind a pooler in transaction mode, where LISTEN does not work: polling",
+				"election", o.e.cfg.Name, "every", o.e.cfg.RetryInterval)
+			o.poll(ctx)
+			return
 		}
 		if ctx.Err() != nil {
 			return
@@ -137,5 +139,44 @@ func (o *observer) check(ctx context.Context) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// errTransactionPooling: the pool is behind a pooler in transaction mode.
+var errTransactionPooling = errors.New("transaction pooling")
+
+// listen opens a dedicated connection the way the pool opens its own (its
+// hooks too; it takes none of the pool's connections), LISTENs on it and
+// loops until it fails. Behind a pooler in transaction mode it returns
+// errTransactionPooling without LISTENing: the LISTEN would stay on
+// whichever server session ran it.
+func (o *observer) listen(ctx context.Context) error {
+	poolCfg := o.e.cfg.Pool.Config()
+	conn, err := dial.Dedicated(ctx, poolCfg, dial.Options{})
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if pooler.Behind(conn) {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		mode, err := pooler.Probe(pctx, poolCfg, conn)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if mode == pooler.Transaction {
+			return errTransactionPooling
+		}
+	}
+	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{o.e.cfg.Channel}.Sanitize(), pgx.QueryExecModeSimpleProtocol); err != nil {
+		return err
+	}
+	return o.loop(ctx, conn.Conn)
+}
+
+// poll reads the state every RetryInterval (with jitter), or just after the
+// current term's expiry if sooner, until ctx ends.
+func (o *observer) poll(ctx context.Context) {
+	for o.check(ctx) && sleep(ctx, o.pollWait()) {
 	}
 }

@@ -20,7 +20,7 @@ import (
 // newReplicaWith is newReplica with its own Locker and Store settings.
 func newReplicaWith(t *testing.T, dsn string, ac advisory.Config, lc lease.Config) replica {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgxpool.ParseConfig(viaPooler(t, dsn))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func (s *Store) acquire(ctx context.Context, name string, ttl time.Duration, o o
 			}
 			continue
 		case errors.As(err, &held):
-			wait = held.ExpiresIn + jitter(held.ExpiresIn)
+			wait = lis.pollWait(held.ExpiresIn + jitter(held.ExpiresIn))
 			bo.Reset()
 		case retryable(err) && ctx.Err() == nil:
 			wait = bo.Next()

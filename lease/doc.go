@@ -224,9 +224,24 @@
 // otherwise serialize busy releasers. Do not take these keys elsewhere: at
 // worst a waiter then wakes at the holder's expiry instead of at once.
 //
-// Behind PgBouncer in transaction pooling mode, TryAcquire, Renew, Release,
-// Guard and the rest work (every statement stands alone), but a waiting
-// Acquire's connection needs a real session for its LISTEN and its interest
-// locks: give the store a pool that reaches PostgreSQL directly if you use
-// Acquire or Do, or use TryAcquire with your own retry.
+// # Behind a pooler
+//
+// Every statement of a store stands alone, so leases work behind PgBouncer
+// in transaction pooling mode, in every pgx exec mode: on its first
+// statement a store whose pool caches prepared statements or describes
+// them separately (QueryExecModeCacheStatement, pgx's default, and
+// DescribeExec) checks whether its connections are behind a pooler (the
+// startup process id is not the backend's); then its statements run in
+// QueryExecModeExec, and Guard's in the caller's transaction too
+// (TestViaTransactionBouncer runs the behaviour tests through a real
+// PgBouncer in each of the five modes).
+//
+// The listener opens its connection the way the pool does (hooks
+// included). Behind a pooler it probes with a second connection whether the
+// pooler keeps each client on one server session; behind transaction
+// pooling, where a LISTEN and the interest locks would stay on whichever
+// server session ran them, it takes neither, and waiting Acquire calls
+// poll every 200ms ± 50% instead of waiting for a NOTIFY
+// (TestAcquirePollsBehindTransactionPooling). Loss of a lease is then
+// noticed by the keep-alive's check or the trust deadline, not announced.
 package lease

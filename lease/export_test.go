@@ -30,3 +30,15 @@ func Listening(s *Store) bool {
 	defer lis.mu.Unlock()
 	return lis.on
 }
+
+// Polling reports whether the store's listener found it cannot listen
+// (transaction pooling) and its waiters poll.
+func Polling(s *Store) bool {
+	s.mu.Lock()
+	lis := s.lis
+	s.mu.Unlock()
+	return lis != nil && lis.polls()
+}
+
+// PollInterval is pollInterval, for test logs.
+const PollInterval = pollInterval

@@ -388,7 +388,7 @@ func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	var exp time.Time
-	if err := noRows(tx.QueryRow(ctx, l.store.q.guardSQL, l.args()...).Scan(&exp)); err != nil {
+	if err := noRows(tx.QueryRow(ctx, l.store.q.guardSQL, txArgs(tx, l.args())...).Scan(&exp)); err != nil {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	return nil

@@ -35,6 +35,7 @@ type listener struct {
 	dirty   bool                 // a reconcile is needed
 	kick    context.CancelFunc   // interrupts the current wait, if any
 	on      bool                 // the session listens (for tests)
+	polling bool                 // behind transaction pooling: no LISTEN, waiters poll
 }
 
 // interestLinger is how long the interest in a name outlives its last
@@ -86,7 +87,7 @@ func (lis *listener) register(name string) *waiter {
 	}
 	set[w] = struct{}{}
 	delete(lis.idle, name)
-	if lis.held[name] {
+	if lis.held[name] || lis.polling {
 		w.settle() // a release from now on notifies
 	} else {
 		lis.markDirty()
@@ -193,7 +194,7 @@ func (lis *listener) run(ctx context.Context) {
 		if lis.session(ctx) {
 			backoff = 10 * time.Millisecond
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || lis.polls() {
 			return
 		}
 		t := time.NewTimer(backoff)

@@ -7,7 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/internal/dial"
+	"github.com/pglocks/pglocks/internal/pooler"
 )
 
 // interestLockTimeout bounds the wait for an interest lock: a release holds
@@ -24,14 +26,17 @@ const (
 // notifications, until an error. It reports whether it got as far as
 // listening.
 func (lis *listener) session(ctx context.Context) (listened bool) {
-	cfg := lis.s.pool.Config().ConnConfig
-	// Kicks interrupt WaitForNotification by a read deadline, which leaves
-	// the connection usable (a cancel request would cost a connection).
-	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	// Opened as the pool opens its connections (its hooks too). Kicks
+	// interrupt WaitForNotification by a read deadline, which leaves the
+	// connection usable (a cancel request would cost a connection).
+	poolCfg := lis.s.pool.Config()
+	dc, err := dial.Dedicated(ctx, poolCfg, dial.Options{DeadlineInterrupt: true})
 	if err != nil {
+		return false
+	}
+	conn := dc.Conn
+	if pooler.Behind(dc) && lis.transactionPooled(ctx, poolCfg, dc) {
+		_ = conn.Close(context.WithoutCancel(ctx))
 		return false
 	}
 	defer func() {
@@ -161,4 +166,24 @@ func minPositive(a, b time.Duration) time.Duration {
 		return b
 	}
 	return a
+}
+
+// transactionPooled probes a connection that is behind a pooler and
+// reports whether the pooler is in transaction mode; then the store polls
+// (see [listener.startPolling]): a LISTEN there would be registered on
+// whichever server session ran it, its interest locks stranded there, and
+// its lock_timeout left to the next client. A failed probe counts as
+// transaction pooling for this attempt only.
+func (lis *listener) transactionPooled(ctx context.Context, poolCfg *pgxpool.Config, dc dial.Conn) bool {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	mode, err := pooler.Probe(pctx, poolCfg, dc)
+	if err != nil {
+		return true
+	}
+	if mode == pooler.Transaction {
+		lis.startPolling()
+		return true
+	}
+	return false
 }

@@ -45,7 +45,7 @@ type bundle struct {
 func setup(t *testing.T) bundle {
 	t.Helper()
 	db := pgtest.New(t)
-	pool := db.NewPool(t)
+	pool := poolFor(t, db)
 	return bundle{db: db, pool: pool, store: newStore(t, pool, lease.Config{})}
 }
 
@@ -75,7 +75,8 @@ func ctxT(t testing.TB) context.Context {
 // exec runs sql on the pool, failing the test on error.
 func exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 	t.Helper()
-	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+	// QueryExecModeExec: the pool may be behind a transaction-mode pooler.
+	if _, err := pool.Exec(context.Background(), sql, append([]any{pgx.QueryExecModeExec}, args...)...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }

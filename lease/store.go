@@ -17,7 +17,7 @@ import (
 // Store acquires and inspects leases in one lease table through a pool. It
 // is safe for concurrent use. Make it with [New]; Close it when done.
 type Store struct {
-	pool *pgxpool.Pool
+	pool modalPool // the caller's, in a pooler-safe exec mode
 	cfg  Config
 	q    queries
 
@@ -50,7 +50,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		pool:   pool,
+		pool:   newModalPool(pool),
 		cfg:    cfg,
 		q:      newQueries(cfg),
 		leases: make(map[*Lease]struct{}),

@@ -105,6 +105,16 @@
 // a toxic scheduler and its dependency tree for that, and its timeout toxic
 // closes connections where we want them held.
 //
+// # Poolers
+//
+// [NewBouncer] and [DB.Bouncer] start a real PgBouncer (the pgbouncer
+// binary: PGTEST_PGBOUNCER, PATH or /usr/sbin; Debian's package) in
+// session or transaction pooling mode in front of a server, on a free
+// loopback port, with every database reachable under its own name. It is
+// stopped, its files removed, when the test ends, and killed by a watchdog
+// should the test binary die first (TestBouncerTeardown). Without the
+// binary the test is skipped, unless the CI environment variable is set.
+//
 // # Use
 //
 // The whole of a package's TestMain, with goleak checking after pgtest's own

@@ -53,13 +53,16 @@ func (d *DB) Proxy(t testing.TB, opts ...ProxyOption) (p *Proxy, dsn string) {
 }
 
 // ViaProxy returns dsn changed to connect through p instead of directly.
-func ViaProxy(dsn string, p *Proxy) (string, error) {
-	host, port, err := net.SplitHostPort(p.Addr())
+func ViaProxy(dsn string, p *Proxy) (string, error) { return viaAddr(dsn, p.Addr()) }
+
+// viaAddr returns dsn changed to connect to addr (host:port).
+func viaAddr(dsn, addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", err
 	}
 	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		u.Host = p.Addr()
+		u.Host = addr
 		q := u.Query()
 		q.Del("host")
 		q.Del("port")

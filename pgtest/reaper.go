@@ -48,8 +48,14 @@ type reaper struct {
 // in dir/data), the Docker container id or the network namespace netns once
 // this process is gone. Empty arguments name nothing to remove.
 func startReaper(dir, container, netns string) (*reaper, error) {
-	cmd := exec.Command("/bin/sh", "-c", reaperScript)
-	cmd.Env = append(os.Environ(), "PGTEST_REAP_DIR="+dir, "PGTEST_REAP_CONTAINER="+container, "PGTEST_REAP_NETNS="+netns)
+	return startWatchdog(reaperScript, "PGTEST_REAP_DIR="+dir, "PGTEST_REAP_CONTAINER="+container, "PGTEST_REAP_NETNS="+netns)
+}
+
+// startWatchdog runs script, which reads one line from stdin (see
+// reaperScript), with env added to this process's environment.
+func startWatchdog(script string, env ...string) (*reaper, error) {
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Env = append(os.Environ(), env...)
 	// Its own process group, so a terminal's SIGINT does not kill it
 	// together with the test binary it watches.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -7,6 +7,16 @@
 //	pglocks key [--sql] NAME
 //	pglocks migrate
 //	pglocks break NAME
+//	pglocks doctor [--need FEATURES] [--schema S] [--table T]
+//
+// doctor checks a database for pglocks and prints a table: server version,
+// primary or standby, the pooler in between and its mode (a probe: does a
+// client keep its server session?), whether a session lock survives to the
+// next statement and a NOTIFY arrives, the lease table and the privileges
+// pglocks needs on it, advisory lock capacity, the settings that matter,
+// the clock offset, and which features (session-locks, xact-locks, leases,
+// listen, leader) are safe there. It exits 1 when a feature named in
+// --need is not safe.
 //
 // run runs CMD while holding the lock NAME: a session advisory lock on
 // KeyOf(NAME) by default, or with --lease a lease renewed in the background
@@ -84,6 +94,7 @@ const usage = `usage: pglocks [-v] COMMAND ... (-v logs the library's events to 
   pglocks key [--sql] NAME
   pglocks migrate
   pglocks break NAME
+  pglocks doctor [--need FEATURES] [--schema S] [--table T]
 Every command but key takes --dsn (default: DATABASE_URL, else libpq PG* variables).
 `
 
@@ -103,6 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"key":     cmdKey,
 		"migrate": cmdMigrate,
 		"break":   cmdBreak,
+		"doctor":  cmdDoctor,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -172,13 +184,16 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 // connect opens a pool on --dsn, DATABASE_URL or the PG* variables, and
 // checks that the server answers. Errors name the host and port.
-func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+func connect(ctx context.Context, dsn string, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	if dsn == "" {
 		dsn = os.Getenv("DATABASE_URL")
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fail(exitUsage, "bad connection string: %v", err)
+	}
+	for _, f := range configure {
+		f(cfg)
 	}
 	where := fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/internal/ident"
+	"github.com/pglocks/pglocks/internal/pooler"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// features doctor can be asked about with --need.
+var features = []string{"session-locks", "xact-locks", "leases", "listen", "leader"}
+
+// cmdDoctor checks a database for pglocks and prints what works there. It
+// exits 0 when every feature of --need is safe, 1 otherwise.
+func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, dsn := newFlags("doctor", stderr, true)
+	need := fs.String("need", "", "comma-separated features that must be safe: "+strings.Join(features, ","))
+	schema := fs.String("schema", lease.DefaultSchema, "schema of the lease table")
+	table := fs.String("table", lease.DefaultTable, "lease table")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fail(exitUsage, "usage: pglocks doctor [--need FEATURES] [--schema S] [--table T]")
+	}
+	var needs []string
+	for n := range strings.SplitSeq(*need, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if !slices.Contains(features, n) {
+			return fail(exitUsage, "--need: unknown feature %q (known: %s)", n, strings.Join(features, ", "))
+		}
+		needs = append(needs, n)
+	}
+	for _, id := range []string{*schema, *table} {
+		if err := ident.Check(id); err != nil {
+			return fail(exitUsage, "--schema/--table: %v", err)
+		}
+	}
+	// QueryExecModeExec works behind any pooler: doctor must not fail
+	// where it is asked to look.
+	pool, err := connect(ctx, *dsn, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return doctor(ctx, pool, *schema, *table, needs, stdout)
+}
+
+func doctor(ctx context.Context, pool *pgxpool.Pool, schema, table string, needs []string, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	f, err := examine(ctx, pool, schema, table)
+	if err != nil {
+		return fail(exitUnavailable, "doctor: %v", err)
+	}
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
+	role := "primary"
+	if f.standby {
+		role = "standby (in recovery)"
+	}
+	row("server", "PostgreSQL "+f.version+", "+role)
+	row("pooler", f.mode.String())
+	sessionNote := ""
+	if f.mode == pooler.Transaction {
+		sessionNote = "not tried: it would be stranded on a pooled server session"
+	}
+	row("session lock kept between statements", yesNo(f.sessionOK, sessionNote))
+	row("NOTIFY arrives", yesNo(f.notifyOK, f.notifyNote))
+	switch {
+	case !f.tableOK:
+		row("lease table", f.table+": missing (run pglocks migrate)")
+	case len(f.privs) > 0:
+		row("lease table", f.table+": missing privilege "+strings.Join(f.privs, ", "))
+	default:
+		row("lease table", f.table+": present, SELECT/INSERT/UPDATE granted")
+	}
+	row("advisory lock capacity", fmt.Sprintf("%d (max_locks_per_transaction × (max_connections + max_prepared_transactions))", f.capacity))
+	for _, s := range f.settings {
+		row(s[0], s[1])
+	}
+	row("clock offset (server − client)", fmt.Sprintf("%v ± %v", f.offset.Round(time.Microsecond), (f.rtt/2).Round(time.Microsecond)))
+	why := f.safe()
+	failed := false
+	for _, feat := range features {
+		verdict := "safe"
+		if r := why[feat]; r != "" {
+			verdict = "NOT SAFE: " + r
+			if slices.Contains(needs, feat) {
+				failed = true
+			}
+		}
+		row("feature "+feat, verdict)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if failed {
+		return exitCode(1)
+	}
+	return nil
+}
+
+func yesNo(ok bool, note string) string {
+	s := "no"
+	if ok {
+		s = "yes"
+	}
+	if note != "" {
+		s += " (" + note + ")"
+	}
+	return s
+}

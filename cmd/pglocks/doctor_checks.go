@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/internal/dial"
+	"github.com/pglocks/pglocks/internal/pooler"
+)
+
+// findings is what doctor learnt about a database.
+type findings struct {
+	version    string
+	standby    bool
+	mode       pooler.Mode
+	sessionOK  bool   // a session lock was still held at the next statement
+	notifyOK   bool   // a NOTIFY from another connection arrived
+	notifyNote string // why not, or how long it took
+	table      string // schema.table
+	tableOK    bool
+	privs      []string // privileges missing on the table
+	capacity   int64
+	settings   [][2]string
+	offset     time.Duration // server clock − client clock
+	rtt        time.Duration
+}
+
+// examine runs every check on pool's database. Only a failure to reach the
+// server is an error; each check that cannot run says why in findings.
+func examine(ctx context.Context, pool *pgxpool.Pool, schema, table string) (*findings, error) {
+	f := &findings{table: schema + "." + table}
+	err := pool.QueryRow(ctx, `select current_setting('server_version'), pg_is_in_recovery(),
+		current_setting('max_locks_per_transaction')::int8 *
+		  (current_setting('max_connections')::int8 + current_setting('max_prepared_transactions')::int8)`).
+		Scan(&f.version, &f.standby, &f.capacity)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := dial.Dedicated(ctx, pool.Config(), dial.Options{ApplicationName: "pglocks doctor"})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if f.mode, err = pooler.Probe(ctx, pool.Config(), conn); err != nil {
+		return nil, err
+	}
+	if f.mode != pooler.Transaction { // there a lock or LISTEN would be stranded
+		f.sessionOK = sessionLockKept(ctx, conn.Conn)
+		f.notifyOK, f.notifyNote = notifyArrives(ctx, pool, conn.Conn)
+	} else {
+		f.notifyNote = "not tried: transaction pooling drops LISTEN"
+	}
+	if err := f.readTable(ctx, pool, schema, table); err != nil {
+		return nil, err
+	}
+	if err := f.readSettings(ctx, pool); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// sessionLockKept takes a session lock in one statement and looks for it in
+// the next, then unlocks it.
+func sessionLockKept(ctx context.Context, conn *pgx.Conn) bool {
+	const key = "hashtextextended('pglocks doctor', 0)"
+	var ok bool
+	if err := conn.QueryRow(ctx, "select pg_try_advisory_lock("+key+")", pgx.QueryExecModeSimpleProtocol).Scan(&ok); err != nil || !ok {
+		return false
+	}
+	defer conn.Exec(ctx, "select pg_advisory_unlock("+key+")", pgx.QueryExecModeSimpleProtocol)
+	err := conn.QueryRow(ctx, `select exists (select from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()
+		and granted and (classid::int8 << 32 | objid::int8) = `+key+`)`, pgx.QueryExecModeSimpleProtocol).Scan(&ok)
+	return err == nil && ok
+}
+
+// notifyArrives LISTENs on conn and NOTIFYs from a pool connection.
+func notifyArrives(ctx context.Context, pool *pgxpool.Pool, conn *pgx.Conn) (bool, string) {
+	ch := fmt.Sprintf("pglocks_doctor_%d", time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, "listen "+ch, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return false, "LISTEN failed: " + err.Error()
+	}
+	start := time.Now()
+	if _, err := pool.Exec(ctx, "select pg_notify($1, 'ping')", ch); err != nil {
+		return false, "NOTIFY failed: " + err.Error()
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := conn.WaitForNotification(wctx); err != nil {
+		return false, "none within 3s"
+	}
+	return true, fmt.Sprintf("in %v", time.Since(start).Round(time.Microsecond))
+}
+
+// readTable checks the lease table and the privileges pglocks needs on it.
+func (f *findings) readTable(ctx context.Context, pool *pgxpool.Pool, schema, table string) error {
+	qual := pgx.Identifier{schema, table}.Sanitize()
+	if err := pool.QueryRow(ctx, "select to_regclass($1) is not null", qual).Scan(&f.tableOK); err != nil {
+		return err
+	}
+	if !f.tableOK {
+		return nil
+	}
+	for _, p := range []string{"SELECT", "INSERT", "UPDATE"} {
+		var ok bool
+		if err := pool.QueryRow(ctx, "select has_table_privilege($1, $2)", qual, p).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			f.privs = append(f.privs, p)
+		}
+	}
+	return nil
+}
+
+// readSettings reads the settings that matter and the clock offset.
+func (f *findings) readSettings(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, name := range []string{"synchronous_commit", "statement_timeout", "lock_timeout",
+		"idle_in_transaction_session_timeout", "idle_session_timeout", "default_transaction_isolation",
+		"default_transaction_read_only"} {
+		var v *string
+		if err := pool.QueryRow(ctx, "select current_setting($1, true)", name).Scan(&v); err != nil {
+			return err
+		}
+		if v != nil {
+			f.settings = append(f.settings, [2]string{name, *v})
+		}
+	}
+	var server time.Time
+	t0 := time.Now()
+	if err := pool.QueryRow(ctx, "select clock_timestamp()").Scan(&server); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	f.rtt = t1.Sub(t0)
+	f.offset = server.Sub(t0.Add(f.rtt / 2))
+	return nil
+}
+
+// safe says, per feature, whether it is safe here and why not.
+func (f *findings) safe() map[string]string {
+	why := map[string]string{}
+	add := func(feature, reason string) {
+		if why[feature] == "" {
+			why[feature] = reason
+		}
+	}
+	if f.mode == pooler.Transaction {
+		add("session-locks", "transaction pooling: refused (advisory.ErrTransactionPooling)")
+		add("leader", "transaction pooling: the campaign's session lock is refused")
+	} else if !f.sessionOK {
+		add("session-locks", "a session lock was not held at the next statement")
+		add("leader", "session locks do not work")
+	}
+	if !f.notifyOK {
+		add("listen", "notifications do not arrive (lease waiters and Observe poll instead)")
+	}
+	switch {
+	case f.standby:
+		add("leases", "standby: read-only")
+		add("leader", "standby: read-only")
+	case !f.tableOK:
+		add("leases", "no lease table "+f.table+" (pglocks migrate)")
+		add("leader", "no lease table")
+	case len(f.privs) > 0:
+		add("leases", "missing privilege "+strings.Join(f.privs, ", ")+" on "+f.table)
+		add("leader", "missing privileges on the lease table")
+	}
+	return why
+}

@@ -1,0 +1,102 @@
+package main_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pglocks/pglocks/pgtest"
+)
+
+// doctorRun runs pglocks doctor on dsn and returns its output and status.
+func doctorRun(t *testing.T, dsn string, args ...string) (string, int) {
+	t.Helper()
+	out, errOut, code := cli{t: t, dsn: dsn}.run(append([]string{"doctor"}, args...)...)
+	t.Logf("pglocks doctor %s → %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	return out, code
+}
+
+func wantLine(t *testing.T, out, prefix, contains string) {
+	t.Helper()
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			if !strings.Contains(line, contains) {
+				t.Errorf("doctor: %q, want it to say %q", line, contains)
+			}
+			return
+		}
+	}
+	t.Errorf("doctor printed no %q line", prefix)
+}
+
+// TestDoctor: doctor tells a direct connection, a session-mode PgBouncer
+// and a transaction-mode PgBouncer apart by what really happens through
+// them, and its status says whether the features asked for are safe.
+func TestDoctor(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	c := cli{t: t, dsn: db.DSN}
+	if _, errOut, code := c.run("migrate"); code != 0 {
+		t.Fatalf("migrate: %d %s", code, errOut)
+	}
+	all := "--need=session-locks,xact-locks,leases,listen,leader"
+	t.Run("Direct", func(t *testing.T) {
+		out, code := doctorRun(t, db.DSN, all)
+		if code != 0 {
+			t.Errorf("status %d, want 0", code)
+		}
+		wantLine(t, out, "pooler", "direct")
+		wantLine(t, out, "server", "primary")
+		wantLine(t, out, "session lock kept", "yes")
+		wantLine(t, out, "NOTIFY arrives", "yes")
+		wantLine(t, out, "lease table", "present")
+		wantLine(t, out, "synchronous_commit", "on")
+	})
+	t.Run("SessionBouncer", func(t *testing.T) {
+		_, dsn := db.Bouncer(t, pgtest.PoolSession)
+		out, code := doctorRun(t, dsn, all)
+		if code != 0 {
+			t.Errorf("status %d, want 0", code)
+		}
+		wantLine(t, out, "pooler", "session mode")
+		wantLine(t, out, "session lock kept", "yes")
+		wantLine(t, out, "NOTIFY arrives", "yes")
+	})
+	t.Run("TransactionBouncer", func(t *testing.T) {
+		_, dsn := db.Bouncer(t, pgtest.PoolTransaction)
+		out, code := doctorRun(t, dsn, "--need=xact-locks,leases")
+		if code != 0 {
+			t.Errorf("status %d with --need=xact-locks,leases, want 0", code)
+		}
+		wantLine(t, out, "pooler", "transaction mode")
+		wantLine(t, out, "session lock kept", "no")
+		wantLine(t, out, "feature session-locks", "NOT SAFE")
+		wantLine(t, out, "feature listen", "NOT SAFE")
+		wantLine(t, out, "feature leases", "safe")
+		if _, code := doctorRun(t, dsn, "--need=session-locks"); code != 1 {
+			t.Errorf("status %d with --need=session-locks, want 1", code)
+		}
+	})
+	t.Run("NoPrivilege", func(t *testing.T) {
+		conn := db.Conn(t)
+		ctx := t.Context()
+		role := "doctor_" + db.Name // roles are cluster-wide
+		if _, err := conn.Exec(ctx, "create role "+pgx.Identifier{role}.Sanitize()+" login"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = db.Conn(t).Exec(context.Background(), "drop role "+pgx.Identifier{role}.Sanitize())
+		})
+		out, code := doctorRun(t, strings.Replace(db.DSN, "postgres@", role+"@", 1), "--need=leases")
+		if code != 1 {
+			t.Errorf("status %d for a role without privileges, want 1", code)
+		}
+		wantLine(t, out, "lease table", "missing privilege SELECT, INSERT, UPDATE")
+	})
+	t.Run("BadFlags", func(t *testing.T) {
+		if _, code := doctorRun(t, db.DSN, "--need=teleport"); code != 64 {
+			t.Errorf("unknown feature: status %d, want 64", code)
+		}
+	})
+}

@@ -1,0 +1,125 @@
+// Package dial opens dedicated connections — ones that never go back to a
+// pool, such as a session holding advisory locks or a LISTEN connection —
+// the way a pgxpool opens its own: from a copy of the pool's ConnConfig,
+// through its BeforeConnect hook (rotated passwords, IAM tokens) and its
+// AfterConnect hook. Only application_name is added to the startup packet,
+// which every pooler accepts; session settings are sent after connecting.
+package dial
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Options say how to open one dedicated connection. The zero value opens
+// it exactly as the pool would.
+type Options struct {
+	// ApplicationName, if set, replaces the startup application_name.
+	ApplicationName string
+	// OnNotification, if set, receives the connection's notifications.
+	OnNotification pgconn.NotificationHandler
+	// Keepalive, if enabled, is set on the client's TCP socket.
+	Keepalive net.KeepAliveConfig
+	// DeadlineInterrupt makes ctx interrupt a statement by a socket
+	// deadline, which leaves the connection usable, rather than by a cancel
+	// request on a new TCP connection (pgx's default).
+	DeadlineInterrupt bool
+	// Settings, if set, returns SQL (simple protocol, any number of
+	// statements, no rows) run once connected and before anything else; if
+	// it fails the connection is closed and the dial fails.
+	Settings func(pc *pgconn.PgConn) string
+}
+
+// Conn is a dedicated connection and the process id of the server backend
+// behind it, read with pg_backend_pid(): behind a pooler, the connection's
+// own PID() is the pooler's invention.
+type Conn struct {
+	*pgx.Conn
+	BackendPID uint32
+	// InRecovery is pg_is_in_recovery() as the connection found it: the
+	// server is a standby.
+	InRecovery bool
+}
+
+// Dedicated opens a connection as pool would (see the package doc) with o.
+// Errors from the hooks name the hook.
+func Dedicated(ctx context.Context, pool *pgxpool.Config, o Options) (Conn, error) {
+	cfg := pool.ConnConfig.Copy()
+	if pool.BeforeConnect != nil {
+		if err := pool.BeforeConnect(ctx, cfg); err != nil {
+			return Conn{}, fmt.Errorf("BeforeConnect: %w", err)
+		}
+	}
+	if o.ApplicationName != "" {
+		if cfg.RuntimeParams == nil {
+			cfg.RuntimeParams = map[string]string{}
+		}
+		cfg.RuntimeParams["application_name"] = o.ApplicationName
+	}
+	if o.OnNotification != nil {
+		cfg.OnNotification = o.OnNotification
+	}
+	if o.DeadlineInterrupt {
+		cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+		}
+	}
+	if o.Keepalive.Enable {
+		dial, ka := cfg.DialFunc, o.Keepalive
+		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dial(ctx, network, addr)
+			if tc, ok := conn.(*net.TCPConn); ok && err == nil {
+				_ = tc.SetKeepAliveConfig(ka) // best effort; the server side matters most
+			}
+			return conn, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return Conn{}, err
+	}
+	if pool.AfterConnect != nil {
+		if err := pool.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(ctx)
+			return Conn{}, fmt.Errorf("AfterConnect: %w", err)
+		}
+	}
+	c, err := settle(ctx, conn.PgConn(), o.Settings)
+	if err != nil {
+		_ = conn.Close(ctx)
+		return Conn{}, err
+	}
+	c.Conn = conn
+	return c, nil
+}
+
+// settle runs the settings and reads the backend pid and whether the
+// server is in recovery, in one round trip.
+func settle(ctx context.Context, pc *pgconn.PgConn, settings func(*pgconn.PgConn) string) (Conn, error) {
+	sql := "select pg_backend_pid(), pg_is_in_recovery()"
+	if settings != nil {
+		if s := settings(pc); s != "" {
+			sql = s + "; " + sql
+		}
+	}
+	res, err := pc.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return Conn{}, fmt.Errorf("session settings: %w", err)
+	}
+	last := res[len(res)-1]
+	if len(last.Rows) != 1 || len(last.Rows[0]) != 2 {
+		return Conn{}, fmt.Errorf("session settings: pg_backend_pid() returned %d rows", len(last.Rows))
+	}
+	pid, err := strconv.ParseUint(string(last.Rows[0][0]), 10, 32)
+	if err != nil {
+		return Conn{}, fmt.Errorf("session settings: pg_backend_pid() = %q: %w", last.Rows[0][0], err)
+	}
+	return Conn{BackendPID: uint32(pid), InRecovery: string(last.Rows[0][1]) == "t"}, nil
+}

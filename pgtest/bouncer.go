@@ -1,0 +1,264 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// PoolMode is the pooling mode of a [Bouncer].
+type PoolMode string
+
+const (
+	// PoolSession gives each client connection its own server session for
+	// as long as it stays connected (PgBouncer's pool_mode = session).
+	PoolSession PoolMode = "session"
+	// PoolTransaction lends a server session to a client connection for
+	// one transaction only; consecutive statements of one client may run on
+	// different server sessions (pool_mode = transaction).
+	PoolTransaction PoolMode = "transaction"
+)
+
+// ErrNoBouncer is returned by [StartBouncer] when no pgbouncer binary is
+// found (PGTEST_PGBOUNCER, PATH, /usr/sbin/pgbouncer).
+var ErrNoBouncer = errors.New("pgtest: no pgbouncer binary (install Debian's pgbouncer package, or set PGTEST_PGBOUNCER)")
+
+// Bouncer is a real PgBouncer that pgtest started in front of a [Server].
+// Every database of the server is reachable through it under its own name
+// (a "*" fallback entry), as the user the client names. It listens on a
+// free loopback port and keeps its files in a temp dir, both removed by
+// [Bouncer.Close]; should the process die first, a watchdog kills it.
+type Bouncer struct {
+	mode   PoolMode
+	dir    string
+	port   int
+	reaper *reaper
+	cmd    *exec.Cmd
+	done   chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartBouncer starts pgbouncer in mode in front of s, which must be
+// reached over TCP, and returns once it accepts connections. ctx bounds
+// only the start.
+func StartBouncer(ctx context.Context, s *Server, mode PoolMode) (*Bouncer, error) {
+	if mode != PoolSession && mode != PoolTransaction {
+		return nil, fmt.Errorf("pgtest: pool mode %q: want %q or %q", mode, PoolSession, PoolTransaction)
+	}
+	bin, err := bouncerBinary()
+	if err != nil {
+		return nil, err
+	}
+	target, err := pgconn.ParseConfig(s.adminDSN)
+	if err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(target.Host, "/") {
+		return nil, errNoTCP
+	}
+	b := &Bouncer{mode: mode}
+	if b.dir, err = os.MkdirTemp("", "pgtest-pgbouncer-"); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = b.Close()
+		}
+	}()
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 { // pgbouncer refuses to run as root
+		if cred, err = unprivilegedUser(); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(b.dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, err
+		}
+	}
+	// A free port can be taken between our probe and pgbouncer's bind; retry.
+	for attempt := 0; ; attempt++ {
+		if b.port, err = freePort(); err != nil {
+			return nil, err
+		}
+		if err = b.writeConfig(target); err != nil {
+			return nil, err
+		}
+		if err = b.start(ctx, bin, cred, s.adminDSN); err == nil || attempt == 4 {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return b, nil
+}
+
+// bouncerBinary finds pgbouncer: PGTEST_PGBOUNCER, PATH, /usr/sbin.
+func bouncerBinary() (string, error) {
+	if p := os.Getenv("PGTEST_PGBOUNCER"); p != "" {
+		if !isExecutable(p) {
+			return "", fmt.Errorf("PGTEST_PGBOUNCER=%s is not an executable: %w", p, ErrNoBouncer)
+		}
+		return p, nil
+	}
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p, nil
+	}
+	if isExecutable("/usr/sbin/pgbouncer") {
+		return "/usr/sbin/pgbouncer", nil
+	}
+	return "", ErrNoBouncer
+}
+
+// writeConfig writes pgbouncer.ini and the user list. Clients are trusted
+// (the server decides who may log in: its own pg_hba.conf); a server
+// reached with a password (PGTEST_DSN) is logged into as that user.
+func (b *Bouncer) writeConfig(target *pgconn.Config) error {
+	db := fmt.Sprintf("host=%s port=%d", target.Host, target.Port)
+	if target.Password != "" {
+		db += fmt.Sprintf(" user=%s password=%s", iniQuote(target.User), iniQuote(target.Password))
+	}
+	ini := strings.Join([]string{
+		"[databases]",
+		"* = " + db,
+		"[pgbouncer]",
+		"listen_addr = 127.0.0.1",
+		"listen_port = " + strconv.Itoa(b.port),
+		"unix_socket_dir =",
+		"auth_type = trust",
+		"auth_file = " + filepath.Join(b.dir, "userlist.txt"),
+		"pool_mode = " + string(b.mode),
+		"max_client_conn = 2000",
+		"default_pool_size = 200",
+		"ignore_startup_parameters = extra_float_digits",
+		"logfile = " + filepath.Join(b.dir, "pgbouncer.log"),
+		"admin_users = " + target.User,
+		"log_connections = 0",
+		"log_disconnections = 0",
+		"",
+	}, "\n")
+	users := fmt.Sprintf("%s \"\"\n", iniQuote(target.User))
+	if err := os.WriteFile(filepath.Join(b.dir, "userlist.txt"), []byte(users), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(b.dir, "pgbouncer.ini"), []byte(ini), 0o644)
+}
+
+// iniQuote quotes a value for pgbouncer's connection strings and user list.
+func iniQuote(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// start runs pgbouncer and waits until a query through it succeeds.
+func (b *Bouncer) start(ctx context.Context, bin string, cred *syscall.Credential, adminDSN string) error {
+	cmd := exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	cmd.Dir = b.dir
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgbouncer: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	b.cmd, b.done = cmd, done
+	r, err := startBouncerReaper(b.dir, cmd.Process.Pid)
+	if err != nil {
+		b.stop()
+		return err
+	}
+	b.reaper = r
+	dsn, err := b.DSN(adminDSN)
+	if err != nil {
+		return err
+	}
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pgx.Connect(cctx, dsn)
+		if err == nil {
+			_, err = conn.Exec(cctx, "select 1")
+			_ = conn.Close(cctx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			b.stop()
+			return fmt.Errorf("pgbouncer exited at start: %s", tail(filepath.Join(b.dir, "pgbouncer.log")))
+		case <-ctx.Done():
+			b.stop()
+			return fmt.Errorf("pgbouncer not ready: %w (last error: %v): %s", context.Cause(ctx), err, tail(filepath.Join(b.dir, "pgbouncer.log")))
+		case <-time.After(delay):
+		}
+	}
+}
+
+// stop ends pgbouncer at once (SIGTERM: immediate shutdown, which closes
+// every client and server connection) and dismisses its watchdog.
+func (b *Bouncer) stop() {
+	if b.cmd != nil {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.done:
+		case <-time.After(10 * time.Second):
+			_ = b.cmd.Process.Kill()
+			<-b.done
+		}
+		b.cmd = nil
+	}
+	if b.reaper != nil {
+		b.reaper.dismiss()
+		b.reaper = nil
+	}
+}
+
+// Mode returns the bouncer's pooling mode.
+func (b *Bouncer) Mode() PoolMode { return b.mode }
+
+// Addr returns the address the bouncer listens on, host:port.
+func (b *Bouncer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)) }
+
+// DSN returns dsn, a connection string for the bouncer's server, changed to
+// connect through the bouncer.
+func (b *Bouncer) DSN(dsn string) (string, error) { return viaAddr(dsn, b.Addr()) }
+
+// Close stops pgbouncer, which closes its connections to the server, and
+// removes its files. It is idempotent.
+func (b *Bouncer) Close() error {
+	b.closeOnce.Do(func() {
+		b.stop()
+		if b.dir != "" {
+			b.closeErr = os.RemoveAll(b.dir)
+		}
+	})
+	return b.closeErr
+}
+
+// bouncerReaperScript kills pgbouncer and removes its dir should this
+// process die without [Bouncer.Close] (see reaperScript).
+const bouncerReaperScript = `
+read -r line
+[ "$line" = done ] && exit 0
+kill -KILL "$PGTEST_REAP_PID" 2>/dev/null
+rm -rf "$PGTEST_REAP_DIR"
+exit 0
+`
+
+func startBouncerReaper(dir string, pid int) (*reaper, error) {
+	return startWatchdog(bouncerReaperScript, "PGTEST_REAP_DIR="+dir, "PGTEST_REAP_PID="+strconv.Itoa(pid))
+}

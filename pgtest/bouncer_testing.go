@@ -1,0 +1,53 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// NewBouncer starts a [Bouncer] in mode in front of s for one test, closed
+// when the test ends. When pgbouncer is not installed it skips the test,
+// unless the CI environment variable is set: in CI it fails.
+func NewBouncer(t testing.TB, s *Server, mode PoolMode) *Bouncer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := StartBouncer(ctx, s, mode)
+	if errors.Is(err, ErrNoBouncer) && os.Getenv("CI") == "" {
+		t.Skipf("%v; skipping outside CI", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
+
+// Bouncer starts a [Bouncer] in mode in front of the database's server for
+// one test (see [NewBouncer]) and returns it with a DSN that connects to the
+// database through it.
+func (d *DB) Bouncer(t testing.TB, mode PoolMode) (b *Bouncer, dsn string) {
+	t.Helper()
+	b = NewBouncer(t, d.Server, mode)
+	dsn, err := b.DSN(d.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, dsn
+}
+
+// NewPool opens a pool on dsn — for instance a [Bouncer]'s — closed when the
+// test ends, like [DB.NewPool].
+func NewPool(t testing.TB, dsn string, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	return newPool(t, dsn, configure)
+}
