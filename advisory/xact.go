@@ -106,13 +106,24 @@ func tryXactOnce(ctx context.Context, tx pgx.Tx, key pglocks.Key, shared bool) (
 	}
 	var ok bool
 	var err error
-	mode := xactExecMode(tx)
 	if hi, lo, isPair := key.Pair(); isPair {
-		err = tx.QueryRow(ctx, "select "+fn+"($1::int4, $2::int4)", mode, hi, lo).Scan(&ok)
+		err = tx.QueryRow(ctx, "select "+fn+"($1::int4, $2::int4)", xactArgs(tx, hi, lo)...).Scan(&ok)
 	} else {
-		err = tx.QueryRow(ctx, "select "+fn+"($1::int8)", mode, key.Int64()).Scan(&ok)
+		err = tx.QueryRow(ctx, "select "+fn+"($1::int8)", xactArgs(tx, key.Int64())...).Scan(&ok)
 	}
 	return ok, err
+}
+
+// xactArgs returns args with the exec mode of a transaction lock's
+// statement in front (see xactExecMode) — or as they are for a tx with no
+// *pgx.Conn behind it (an adapter, such as package stdsql's for
+// database/sql), whose driver chooses its own protocol and would take the
+// mode for an argument.
+func xactArgs(tx pgx.Tx, args ...any) []any {
+	if tx.Conn() == nil {
+		return args
+	}
+	return append([]any{xactExecMode(tx)}, args...)
 }
 
 // xactExecMode is the exec mode of a transaction lock's statement: the
@@ -121,6 +132,7 @@ func tryXactOnce(ctx context.Context, tx pgx.Tx, key pglocks.Key, shared bool) (
 // transaction mode: the next transaction may run on a server session that
 // never saw the statement, or that another client prepared it on. Then
 // QueryExecModeExec: one round trip, an unnamed statement, safe everywhere.
+// tx.Conn() must not be nil.
 func xactExecMode(tx pgx.Tx) pgx.QueryExecMode {
 	switch m := tx.Conn().Config().DefaultQueryExecMode; m {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:

@@ -43,7 +43,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		}
 		pid := c.Conn().PgConn().PID()
 		sent, seen := s.cfg.Now(), s.seen.get(name)
-		r, err := s.q.acquire(ctx, c, name, attempt, o, ttl, s.cfg)
+		r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg)
 		inFlight := c.Conn().IsClosed() // the server may still be running it
 		c.Release()
 		switch {

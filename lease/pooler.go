@@ -57,7 +57,12 @@ func (p modalPool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 // args returns args with the exec mode in front when the store overrides
 // the pool's.
 func (p modalPool) args(ctx context.Context, args []any) []any {
-	if !p.override(ctx) {
+	return p.argsOn(ctx, nil, args)
+}
+
+// argsOn is args for a statement on c (nil: any connection of the pool).
+func (p modalPool) argsOn(ctx context.Context, c *pgxpool.Conn, args []any) []any {
+	if !p.override(ctx, c) {
 		return args
 	}
 	return append([]any{pgx.QueryExecModeExec}, args...)
@@ -68,7 +73,7 @@ func (p modalPool) args(ctx context.Context, args []any) []any {
 // are probed once: a pooled connection whose startup process id is not its
 // backend's is behind a pooler. A failed probe overrides this once, and is
 // repeated next time.
-func (p modalPool) override(ctx context.Context) bool {
+func (p modalPool) override(ctx context.Context, c *pgxpool.Conn) bool {
 	switch p.def {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheDescribe:
 		return false
@@ -78,11 +83,13 @@ func (p modalPool) override(ctx context.Context) bool {
 	if p.m.known {
 		return p.m.over
 	}
-	c, err := p.Pool.Acquire(ctx)
-	if err != nil {
-		return true
+	if c == nil {
+		var err error
+		if c, err = p.Pool.Acquire(ctx); err != nil {
+			return true
+		}
+		defer c.Release()
 	}
-	defer c.Release()
 	pc := c.Conn().PgConn()
 	pid, err := pooler.BackendPID(ctx, pc)
 	if err != nil {
@@ -95,12 +102,39 @@ func (p modalPool) override(ctx context.Context) bool {
 // txArgs returns args for a statement in the caller's transaction tx: in
 // QueryExecModeExec when tx's connection caches prepared statements across
 // transactions, which a pooler in transaction mode breaks.
+// A tx with no *pgx.Conn behind it (an adapter, such as package stdsql's
+// for database/sql) keeps its own mode.
 func txArgs(tx pgx.Tx, args []any) []any {
-	switch tx.Conn().Config().DefaultQueryExecMode {
+	c := tx.Conn()
+	if c == nil {
+		return args
+	}
+	switch c.Config().DefaultQueryExecMode {
 	case pgx.QueryExecModeCacheStatement:
 		return append([]any{pgx.QueryExecModeExec}, args...)
 	}
 	return args
+}
+
+// on returns c, a connection of the pool, as a querier in the store's
+// exec mode; a probe the mode still needs runs on c itself, so that a
+// store holding its pool's last connection cannot wait for another.
+func (p modalPool) on(c *pgxpool.Conn) querier { return modalConn{c: c, p: p} }
+
+// modalConn is a pool connection whose statements run in the store's mode.
+type modalConn struct {
+	c *pgxpool.Conn
+	p modalPool
+}
+
+// Query is pgxpool.Conn.Query in the store's exec mode.
+func (m modalConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return m.c.Query(ctx, sql, m.p.argsOn(ctx, m.c, args)...)
+}
+
+// QueryRow is pgxpool.Conn.QueryRow in the store's exec mode.
+func (m modalConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return m.c.QueryRow(ctx, sql, m.p.argsOn(ctx, m.c, args)...)
 }
 
 // pollInterval is how often a waiting Acquire tries again when the store
