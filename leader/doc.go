@@ -178,7 +178,7 @@
 //   - Terms are as durable as the database. On a failover every advisory
 //     session is gone and a new election follows on the new primary, which
 //     a pool with a multi-host target_session_attrs=read-write DSN reaches
-//     (TestFailoverSyncStandby: 20 promotions, a higher term each time).
+//     (TestFailoverSyncStandby: 5 promotions by default, 20 with LEADER_TRIALS=20, a higher term each time).
 //     After a failover to an asynchronous replica that lacked recent
 //     commits, the lease row's counter is behind: a candidate's Store
 //     refuses a term no higher than one it has seen (a leader's own terms,

@@ -312,8 +312,11 @@ func (l *Lease) release(ctx context.Context) error {
 // renewal of it is under way, so that none can commit after the release
 // looked at the row (a renewal that checked the row before its expiry and
 // committed after the release found it expired would hold it again). If
-// ctx ends first, the keep-alive resumes and the lease stays live. A
-// Release is under way (l.releasing).
+// ctx ends first, the Release is not abandoned — a caller that gives up
+// would leak a row kept alive for good: the lease ends at once (Lost, an
+// error wrapping ErrLost) and the release runs in the background once
+// that renewal is over. A Release is under way (l.releasing), inside
+// enter/exit.
 func (l *Lease) stopKeepAlive(ctx context.Context) error {
 	l.mu.Lock()
 	ka := l.ka
@@ -324,9 +327,18 @@ func (l *Lease) stopKeepAlive(ctx context.Context) error {
 	ka.signalStop()
 	l.store.kickRenewer()
 	if err := ka.wait(ctx); err != nil {
+		err = fmt.Errorf("%w: lease %q: release: %w; it goes on in the background", ErrLost, short(l.name), err)
 		l.mu.Lock()
-		l.resumeKeepAlive()
+		l.end(err, true)
 		l.mu.Unlock()
+		s := l.store
+		name, owner, token := l.name, l.owner, l.token
+		s.settle(l.ttl, func(ctx context.Context) error {
+			if err := ka.wait(ctx); err != nil {
+				return err
+			}
+			return s.releaseRow(ctx, name, owner, token)
+		})
 		return err
 	}
 	return nil

@@ -90,7 +90,7 @@ func (r *renewer) run(ctx context.Context) {
 func (r *renewer) round(ctx context.Context) time.Duration {
 	now := r.s.cfg.Now()
 	ci := r.s.cfg.CheckInterval
-	var renew, check []*Lease
+	var renew, check []entry
 	renewDue, checkDue := false, false
 	next := 24 * time.Hour
 	r.mu.Lock()
@@ -111,9 +111,9 @@ func (r *renewer) round(ctx context.Context) time.Duration {
 			continue
 		}
 		if renewDue && !ka.due.After(now.Add(ka.interval/2)) {
-			renew = append(renew, l)
+			renew = append(renew, entry{l, ka})
 		} else if checkDue && !ka.contact.Add(ci).After(now.Add(ci/2)) {
-			check = append(check, l)
+			check = append(check, entry{l, ka})
 		}
 	}
 	r.mu.Unlock()
@@ -148,34 +148,42 @@ type leaseKey struct {
 	token int64
 }
 
-// renewBatch renews ls in one statement.
-func (r *renewer) renewBatch(ctx context.Context, ls []*Lease, now time.Time) {
+// entry is a lease of the renewer's set with its keep-alive, as the set
+// held them when a round began (a lease's own ka field is its, under l.mu).
+type entry struct {
+	l  *Lease
+	ka *keepAlive
+}
+
+// renewBatch renews es in one statement.
+func (r *renewer) renewBatch(ctx context.Context, es []entry, now time.Time) {
 	s := r.s
 	// A lease past its trust deadline is not renewed: its trust timer
 	// declares the loss (and the keep-alive lets go of it then).
-	var late []*Lease
-	ls = slices.DeleteFunc(ls, func(l *Lease) bool {
-		if l.TrustedUntil().After(now) {
+	var late []entry
+	es = slices.DeleteFunc(es, func(e entry) bool {
+		if e.l.TrustedUntil().After(now) {
 			return false
 		}
-		late = append(late, l)
+		late = append(late, e)
 		return true
 	})
-	if len(late) > 0 {
-		r.mu.Lock()
-		for _, l := range late {
-			l.ka.due = now.Add(l.ka.interval)
-		}
-		r.mu.Unlock()
+	r.mu.Lock()
+	for _, e := range late {
+		e.ka.due = now.Add(e.ka.interval)
 	}
-	if len(ls) == 0 {
+	every := time.Duration(0)
+	for i, e := range es {
+		if i == 0 || e.ka.interval < every {
+			every = e.ka.interval
+		}
+	}
+	r.mu.Unlock()
+	if len(es) == 0 {
 		return
 	}
+	ls := leases(es)
 	names, owners, tokens, until := batchArgs(ls)
-	every := ls[0].ka.interval
-	for _, l := range ls {
-		every = min(every, l.ka.interval)
-	}
 	// Bounded by the latest trust deadline, and by the shortest interval:
 	// a hung connection is given up in time for another try.
 	sctx, cancel := context.WithTimeout(ctx, max(min(until.Sub(now), every), time.Millisecond))
@@ -217,8 +225,8 @@ func (r *renewer) renewBatch(ctx context.Context, ls []*Lease, now time.Time) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, l := range ls {
-		ka := l.ka
+	for _, e := range es {
+		l, ka := e.l, e.ka
 		_, ok := got[leaseKey{l.name, l.token}]
 		switch {
 		case err != nil:
@@ -261,8 +269,9 @@ func (r *renewer) renewAlone(l *Lease, ka *keepAlive) {
 // checkBatch checks in one statement that ls still hold their leases; a
 // lease that does not is lost. A failed check is tried again at the next
 // check interval (renewals go on meanwhile).
-func (r *renewer) checkBatch(ctx context.Context, ls []*Lease, now time.Time) {
+func (r *renewer) checkBatch(ctx context.Context, es []entry, now time.Time) {
 	s := r.s
+	ls := leases(es)
 	names, owners, tokens, until := batchArgs(ls)
 	sctx, cancel := context.WithTimeout(ctx, max(min(until.Sub(now), s.cfg.CheckInterval), time.Millisecond))
 	defer cancel()
@@ -287,8 +296,17 @@ func (r *renewer) checkBatch(ctx context.Context, ls []*Lease, now time.Time) {
 		}
 	}
 	r.mu.Lock()
-	for _, l := range ls {
-		l.ka.contact = now
+	for _, e := range es {
+		e.ka.contact = now
 	}
 	r.mu.Unlock()
+}
+
+// leases returns the leases of es.
+func leases(es []entry) []*Lease {
+	ls := make([]*Lease, len(es))
+	for i, e := range es {
+		ls[i] = e.l
+	}
+	return ls
 }
