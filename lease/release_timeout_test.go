@@ -3,9 +3,11 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -60,5 +62,21 @@ func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("%s did not happen within %v", what, d)
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronizing
+	}
+}
+
+// The keep-alive's batched renewals are reported to Observer.Renew, as
+// its doc says (found in review: only Lease.Renew's were).
+func TestKeepAliveReportsRenew(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var n atomic.Int64
+	s := newStore(t, b.pool, lease.Config{Observer: &pglocks.Observer{Renew: func(pglocks.RenewEvent) { n.Add(1) }}})
+	l := mustTry(t, s, "reported", 600*time.Millisecond, lease.WithKeepAlive())
+	exp := l.ExpiresAt()
+	poll(t, 30*time.Second, "a keep-alive renewal", func() bool { return l.ExpiresAt().After(exp) })
+	poll(t, 5*time.Second, "Observer.Renew called for it", func() bool { return n.Load() > 0 })
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
 	}
 }

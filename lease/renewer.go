@@ -216,11 +216,13 @@ func (r *renewer) renewBatch(ctx context.Context, es []entry, now time.Time) {
 		}
 		return rows.Err()
 	})
-	if err == nil {
-		for _, l := range ls { // not under r.mu: l.mu comes first
-			if res, ok := got[leaseKey{l.name, l.token}]; ok {
-				_ = l.renewed(sent, res.exp, res.lag)
-			}
+	for _, l := range ls { // not under r.mu: l.mu comes first
+		res, ok := got[leaseKey{l.name, l.token}]
+		switch {
+		case err != nil:
+			l.observeRenew(sent, err) // retried with backoff
+		case ok:
+			l.observeRenew(sent, l.renewed(sent, res.exp, res.lag))
 		}
 	}
 	r.mu.Lock()
