@@ -54,7 +54,9 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		case err != nil:
 			if outcome.Of(err) == outcome.Unknown {
 				b := backend{pid: pid, sent: sent}
-				if !inFlight {
+				if !inFlight || s.pool.pooled() {
+					// Nothing in flight, or a pid that names no server
+					// backend (behind a pooler): nothing to end or wait for.
 					b.pid = 0
 				}
 				s.cleanup(name, attempt, ttl, b)

@@ -244,4 +244,9 @@
 // poll every 200ms ± 50% instead of waiting for a NOTIFY
 // (TestAcquirePollsBehindTransactionPooling). Loss of a lease is then
 // noticed by the keep-alive's check or the trust deadline, not announced.
+// One protection is weaker there: an acquisition interrupted mid-statement
+// is cleaned up by its attempt id, but the server backend that ran it
+// cannot be ended first (the connection's pid is the pooler's), so a
+// statement that commits after its cleanup leaves the name held by nobody
+// until its TTL — never held twice.
 package lease

@@ -116,6 +116,15 @@ func txArgs(tx pgx.Tx, args []any) []any {
 	return args
 }
 
+// pooled reports whether the store's connections were found to reach the
+// server through a pooler: then a connection's PID() is the pooler's, not
+// a server backend's.
+func (p modalPool) pooled() bool {
+	p.m.mu.Lock()
+	defer p.m.mu.Unlock()
+	return p.m.known && p.m.over
+}
+
 // on returns c, a connection of the pool, as a querier in the store's
 // exec mode; a probe the mode still needs runs on c itself, so that a
 // store holding its pool's last connection cannot wait for another.
