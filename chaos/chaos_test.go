@@ -149,7 +149,7 @@ func run(t *testing.T, workload string, o runOpts) report {
 		}
 	}
 	c := newCluster(t, db, rc.workers, env...)
-	kinds := []string{fTerminate, fKill, fStop, fRestart, fCrash, fLostReply}
+	kinds := []string{fTerminate, fKill, fStop, fRestart, fCrash, fLostReply, fPartition}
 	if k := os.Getenv("CHAOS_FAULTS"); k != "" {
 		kinds = strings.Split(k, ",")
 	}

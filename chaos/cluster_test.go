@@ -52,8 +52,12 @@ type slot struct {
 
 func newCluster(t *testing.T, db *pgtest.DB, workers int, env ...string) *cluster {
 	c := &cluster{t: t, db: db, admin: adminPool(t, db), dir: t.TempDir(), env: env}
+	var opts []pgtest.ProxyOption
+	if db.Server.Mode() == pgtest.ModeLocal {
+		opts = append(opts, pgtest.Partitionable()) // partition faults need it
+	}
 	for range workers {
-		p, dsn := db.Proxy(t)
+		p, dsn := db.Proxy(t, opts...)
 		c.slots = append(c.slots, &slot{proxy: p, dsn: dsn})
 	}
 	for i := range c.slots {
@@ -183,6 +187,21 @@ func (c *cluster) lostReply(i int, d time.Duration) error {
 	time.AfterFunc(d, func() {
 		defer c.stopped.Done()
 		p.Pass()
+	})
+	return nil
+}
+
+// partition cuts slot i's worker off from the server, both ways, for d:
+// packets are dropped (a real partition, see pgtest.Proxy.Partition).
+func (c *cluster) partition(i int, d time.Duration) error {
+	p := c.slots[i].proxy
+	if err := p.Partition(); err != nil {
+		return err
+	}
+	c.stopped.Add(1)
+	time.AfterFunc(d, func() {
+		defer c.stopped.Done()
+		_ = p.Heal()
 	})
 	return nil
 }

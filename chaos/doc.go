@@ -18,7 +18,9 @@
 // schedule of faults, though not the same interleaving of operations):
 // lost replies (the proxy forwards requests and drops the server's answers),
 // pg_terminate_backend of random worker sessions, SIGKILL of a worker
-// (restarted), SIGSTOP … SIGCONT of a worker, a restart of the server (fast
+// (restarted), SIGSTOP … SIGCONT of a worker, a real partition of a worker
+// from the server (pgtest's partitionable proxy: packets dropped both ways,
+// local servers only), a restart of the server (fast
 // shutdown), and a server crash (a backend SIGKILLed: the postmaster ends
 // every session and recovers from the WAL on disk, losing what was
 // committed asynchronously; local servers only). CHAOS_FAULTS=kind,kind

@@ -15,6 +15,7 @@ const (
 	fKill      = "kill"      // SIGKILL a worker; it is started again
 	fStop      = "stop"      // SIGSTOP a worker, SIGCONT after Dur
 	fLostReply = "lostreply" // a worker's proxy drops the server's replies for Dur
+	fPartition = "partition" // a worker is cut off from the server, both ways, for Dur
 	fRestart   = "restart"   // restart the server (every session dies)
 	fCrash     = "crash"     // SIGKILL a server backend: the server crashes and recovers from its WAL
 )
@@ -42,7 +43,7 @@ func (f fault) String() string {
 // 100–400 ms, kinds weighted so that the cheap ones are frequent and a
 // server restart is rare. The same seed gives the same schedule.
 func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault {
-	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fRestart: 1, fCrash: 1}
+	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fPartition: 2, fRestart: 1, fCrash: 1}
 	var bag []string
 	for _, k := range kinds {
 		for range weights[k] {
@@ -54,7 +55,7 @@ func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault
 	for at := 500 * time.Millisecond; at < d && len(bag) > 0; at += time.Duration(100+r.IntN(300)) * time.Millisecond {
 		f := fault{At: at, Kind: bag[r.IntN(len(bag))], Target: r.IntN(workers)}
 		switch f.Kind {
-		case fStop, fLostReply:
+		case fStop, fLostReply, fPartition:
 			f.Dur = time.Duration(100+r.IntN(1400)) * time.Millisecond
 		case fRestart, fCrash:
 			at += time.Second // let the server come back before the next one
@@ -70,6 +71,7 @@ type injector interface {
 	kill(slot int) error
 	stop(slot int, d time.Duration) error
 	lostReply(slot int, d time.Duration) error
+	partition(slot int, d time.Duration) error
 	restart(ctx context.Context) error
 	crash(ctx context.Context, pick func(n int) int) error
 }
@@ -97,6 +99,8 @@ func play(ctx context.Context, sched []fault, seed uint64, inj injector, logf fu
 			err = inj.stop(f.Target, f.Dur)
 		case fLostReply:
 			err = inj.lostReply(f.Target, f.Dur)
+		case fPartition:
+			err = inj.partition(f.Target, f.Dur)
 		case fRestart:
 			err = inj.restart(ctx)
 		case fCrash:
