@@ -34,6 +34,19 @@ func (s *Server) TerminateBackend(ctx context.Context, pid uint32) error {
 // whose application_name is name, and returns how many it terminated once
 // all of them are gone (see [Server.TerminateBackend]).
 func (s *Server) TerminateApplication(ctx context.Context, name string) (int, error) {
+	return s.terminateApplication(ctx, name, "")
+}
+
+// TerminateApplication is [Server.TerminateApplication] for the backends
+// connected to this database only: on a shared server, tests that run in
+// parallel may use the same application_name in databases of their own.
+func (d *DB) TerminateApplication(ctx context.Context, name string) (int, error) {
+	return d.Server.terminateApplication(ctx, name, d.Name)
+}
+
+// terminateApplication terminates the backends of application name, in
+// database datname if it is not empty.
+func (s *Server) terminateApplication(ctx context.Context, name, datname string) (int, error) {
 	conn, err := pgx.Connect(ctx, s.adminDSN)
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
@@ -42,7 +55,7 @@ func (s *Server) TerminateApplication(ctx context.Context, name string) (int, er
 	// Find first, then terminate: the planner may evaluate a
 	// pg_terminate_backend in a WHERE clause before the other conditions.
 	rows, err := conn.Query(ctx, `select pid from pg_stat_activity
-		where application_name = $1 and pid <> pg_backend_pid()`, name)
+		where application_name = $1 and pid <> pg_backend_pid() and ($2 = '' or datname = $2)`, name, datname)
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
 	}

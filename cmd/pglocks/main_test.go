@@ -202,7 +202,8 @@ func TestRunLockLostKillsCommand(t *testing.T) {
 	h := c.hold([]string{"run", "--kill-after", "5s", "lossy"}, `trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if n, err := db.Server.TerminateApplication(ctx, "pglocks run"); err != nil || n == 0 {
+	// This database's only: parallel tests run "pglocks run" in their own.
+	if n, err := db.TerminateApplication(ctx, "pglocks run"); err != nil || n == 0 {
 		t.Fatalf("terminate the holder's session: %d, %v", n, err)
 	}
 	if code := h.wait(t); code != 76 {
