@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
 	"github.com/pglocks/pglocks/lease"
@@ -228,12 +229,13 @@ func TestSerializableCtxEnds(t *testing.T) {
 					err = l.Release(ctx)
 				}
 				cancel()
-				var held *lease.HeldError
+				var pgErr *pgconn.PgError
 				switch {
-				case err == nil, errors.As(err, &held):
 				case errors.Is(err, context.DeadlineExceeded):
 					ended.Add(1)
-				default:
+				case errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01"):
+					// A serialization failure returned bare: the backoff
+					// after it was cut by ctx, and ctx's error was lost.
 					bad.Add(1)
 					firstBad.CompareAndSwap(nil, err)
 				}
