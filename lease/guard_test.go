@@ -148,7 +148,7 @@ func waitLockWait(t *testing.T, b bundle) {
 	}
 }
 
-// TestGuardedCounterStress: 32 goroutines × 500 attempts (a quarter of them
+// TestGuardedCounterStress: 32 goroutines × 250 attempts (a quarter of them
 // waiting ones) on one name with random hold times, some with TTLs short enough to expire mid-hold. The
 // counter, written only under Guard, ends equal to the number of committed
 // guarded writes, tokens reach it in order, and no two long-TTL holders
