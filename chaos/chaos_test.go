@@ -46,6 +46,12 @@ func runDB(t *testing.T) *pgtest.DB {
 	return pgtest.NewServer(t, pgtest.WithTemplate(migrate)).NewDB(t)
 }
 
+// runClusterDB is runDB on a primary with a synchronous standby.
+func runClusterDB(t *testing.T) (*pgtest.DB, *pgtest.Cluster) {
+	ha := pgtest.NewCluster(t, pgtest.WithSynchronousStandby(), pgtest.WithTemplate(migrate))
+	return ha.NewDB(t), ha
+}
+
 // runConfig is a run's size and seed, from the environment.
 type runConfig struct {
 	seed    uint64
@@ -80,6 +86,17 @@ func TestAdvisoryChaos(t *testing.T) { mustHold(t, run(t, "advisory", runOpts{})
 // every worker, fenced writes per term) under every fault kind and checks
 // its history with the same fenced-lock model: terms are acquisitions.
 func TestLeaderChaos(t *testing.T) { mustHold(t, run(t, "leader", runOpts{})) }
+
+// TestLeasePromoteChaos runs the lease workload on a primary with a
+// synchronous standby, the workers connected through its multi-host DSN,
+// under promotions (the primary stopped at once, the standby promoted, the
+// old primary rejoined as the standby), crashes, restarts, kills, stops
+// and terminations: no acknowledged acquisition or write may be lost, and
+// no token handed out twice.
+func TestLeasePromoteChaos(t *testing.T) {
+	mustHold(t, run(t, "lease", runOpts{promote: true,
+		faults: []string{fPromote, fTerminate, fKill, fStop, fCrash, fRestart}}))
+}
 
 // TestPlantedBugs runs the lease workload with a known bug planted in the
 // library (internal/plant) and asserts that the oracles report it within
@@ -121,6 +138,7 @@ type runOpts struct {
 	plant           string
 	faults          []string
 	lazyWAL         bool // no guarded writes; the WAL writer sleeps 10 s
+	promote         bool // on a primary with a synchronous standby, workers without proxies
 	stopOnViolation bool
 }
 
@@ -131,7 +149,13 @@ func run(t *testing.T, workload string, o runOpts) report {
 	}
 	t.Parallel()
 	rc := configFromEnv(t)
-	db := runDB(t)
+	var db *pgtest.DB
+	var ha *pgtest.Cluster
+	if o.promote {
+		db, ha = runClusterDB(t)
+	} else {
+		db = runDB(t)
+	}
 	ctx := t.Context()
 	if _, err := adminPool(t, db).Exec(ctx, "insert into protected (name) select 'n' || i from generate_series(0, $1 - 1) i", rc.names); err != nil {
 		t.Fatal(err)
@@ -148,7 +172,7 @@ func run(t *testing.T, workload string, o runOpts) report {
 			}
 		}
 	}
-	c := newCluster(t, db, rc.workers, env...)
+	c := newCluster(t, db, ha, rc.workers, env...)
 	kinds := []string{fTerminate, fKill, fStop, fRestart, fCrash, fLostReply, fPartition}
 	if k := os.Getenv("CHAOS_FAULTS"); k != "" {
 		kinds = strings.Split(k, ",")

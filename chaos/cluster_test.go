@@ -23,7 +23,8 @@ type cluster struct {
 	db    *pgtest.DB
 	admin *pgxpool.Pool
 	dir   string
-	env   []string // extra environment of every worker
+	env   []string        // extra environment of every worker
+	ha    *pgtest.Cluster // the run's primary and standby, if it has them
 
 	mu      sync.Mutex
 	slots   []*slot
@@ -50,13 +51,20 @@ type slot struct {
 	done  chan struct{}
 }
 
-func newCluster(t *testing.T, db *pgtest.DB, workers int, env ...string) *cluster {
-	c := &cluster{t: t, db: db, admin: adminPool(t, db), dir: t.TempDir(), env: env}
+// newCluster starts the workers of a run on db. With ha (a primary and a
+// standby) the workers connect through its multi-host DSN, which follows a
+// promotion, and have no proxies (no lost-reply or partition faults).
+func newCluster(t *testing.T, db *pgtest.DB, ha *pgtest.Cluster, workers int, env ...string) *cluster {
+	c := &cluster{t: t, db: db, ha: ha, admin: adminPool(t, db), dir: t.TempDir(), env: env}
 	var opts []pgtest.ProxyOption
 	if db.Server.Mode() == pgtest.ModeLocal {
 		opts = append(opts, pgtest.Partitionable()) // partition faults need it
 	}
 	for range workers {
+		if ha != nil {
+			c.slots = append(c.slots, &slot{dsn: db.DSN})
+			continue
+		}
 		p, dsn := db.Proxy(t, opts...)
 		c.slots = append(c.slots, &slot{proxy: p, dsn: dsn})
 	}
@@ -182,6 +190,9 @@ func (c *cluster) stop(i int, d time.Duration) error {
 
 func (c *cluster) lostReply(i int, d time.Duration) error {
 	p := c.slots[i].proxy
+	if p == nil {
+		return errors.New("no proxy in a run on a cluster")
+	}
 	p.DropReplies()
 	c.stopped.Add(1)
 	time.AfterFunc(d, func() {
@@ -191,10 +202,28 @@ func (c *cluster) lostReply(i int, d time.Duration) error {
 	return nil
 }
 
+// promote fails the run's cluster over — the primary stopped at once, the
+// synchronous standby promoted — and makes the old primary the new
+// standby, so that the next promotion can follow.
+func (c *cluster) promote(ctx context.Context) error {
+	if c.ha == nil {
+		return errors.New("promote needs a run on a cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if _, err := c.ha.Promote(ctx); err != nil {
+		return err
+	}
+	return c.ha.Rejoin(ctx)
+}
+
 // partition cuts slot i's worker off from the server, both ways, for d:
 // packets are dropped (a real partition, see pgtest.Proxy.Partition).
 func (c *cluster) partition(i int, d time.Duration) error {
 	p := c.slots[i].proxy
+	if p == nil {
+		return errors.New("no proxy in a run on a cluster")
+	}
 	if err := p.Partition(); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ const (
 	fPartition = "partition" // a worker is cut off from the server, both ways, for Dur
 	fRestart   = "restart"   // restart the server (every session dies)
 	fCrash     = "crash"     // SIGKILL a server backend: the server crashes and recovers from its WAL
+	fPromote   = "promote"   // stop the primary at once, promote the synchronous standby (runs on a cluster)
 )
 
 // fault is one entry of a schedule.
@@ -30,7 +31,7 @@ type fault struct {
 
 func (f fault) String() string {
 	s := fmt.Sprintf("+%v %s", f.At.Round(time.Millisecond), f.Kind)
-	if f.Kind != fRestart && f.Kind != fTerminate && f.Kind != fCrash {
+	if f.Kind != fRestart && f.Kind != fTerminate && f.Kind != fCrash && f.Kind != fPromote {
 		s += fmt.Sprintf(" w%d", f.Target)
 	}
 	if f.Dur > 0 {
@@ -43,7 +44,7 @@ func (f fault) String() string {
 // 100–400 ms, kinds weighted so that the cheap ones are frequent and a
 // server restart is rare. The same seed gives the same schedule.
 func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault {
-	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fPartition: 2, fRestart: 1, fCrash: 1}
+	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fPartition: 2, fRestart: 1, fCrash: 1, fPromote: 3}
 	var bag []string
 	for _, k := range kinds {
 		for range weights[k] {
@@ -59,6 +60,8 @@ func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault
 			f.Dur = time.Duration(100+r.IntN(1400)) * time.Millisecond
 		case fRestart, fCrash:
 			at += time.Second // let the server come back before the next one
+		case fPromote:
+			at += 3 * time.Second // and the old primary rejoin as the standby
 		}
 		out = append(out, f)
 	}
@@ -74,6 +77,7 @@ type injector interface {
 	partition(slot int, d time.Duration) error
 	restart(ctx context.Context) error
 	crash(ctx context.Context, pick func(n int) int) error
+	promote(ctx context.Context) error
 }
 
 // play runs the schedule until ctx ends, and counts what it did.
@@ -105,6 +109,8 @@ func play(ctx context.Context, sched []fault, seed uint64, inj injector, logf fu
 			err = inj.restart(ctx)
 		case fCrash:
 			err = inj.crash(ctx, func(n int) int { return r.IntN(n) })
+		case fPromote:
+			err = inj.promote(ctx)
 		}
 		if err != nil {
 			logf("fault %v: %v", f, err)
