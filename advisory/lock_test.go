@@ -133,8 +133,8 @@ func TestLockHonoursContext(t *testing.T) {
 	}
 	for _, l := range []*advisory.Locker{b.locker, other} {
 		const timeout = 50 * time.Millisecond
+		start := time.Now() // before the deadline is set: the wait can be no shorter
 		wctx, cancel := context.WithTimeout(ctx, timeout)
-		start := time.Now()
 		_, err := l.Lock(wctx, key)
 		took := time.Since(start)
 		cancel()

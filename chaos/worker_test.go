@@ -28,6 +28,7 @@ const (
 	envWorkload = "CHAOS_WORKLOAD" // lease (default), advisory or leader
 	envPlant    = "CHAOS_PLANT"    // a bug to plant (internal/plant.Names)
 	envNoWrites = "CHAOS_NOWRITES" // lease clients make no guarded writes
+	envNoReads  = "CHAOS_NOREADS"  // lease clients make no reads of the protected value
 )
 
 // runWorker runs a worker when the test binary was started as one, and
@@ -146,7 +147,7 @@ func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // round is one acquisition attempt and, when it succeeds, a tenure.
 func (w *leaseW) round(ctx context.Context) {
 	name := fmt.Sprintf("n%d", rand.N(w.names))
-	if rand.N(4) == 0 {
+	if rand.N(4) == 0 && os.Getenv(envNoReads) == "" {
 		w.read(ctx, name)
 	}
 	ttl := time.Duration(800+rand.N(1700)) * time.Millisecond
