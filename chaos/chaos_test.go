@@ -95,7 +95,7 @@ func TestLeaderChaos(t *testing.T) { mustHold(t, run(t, "leader", runOpts{})) }
 // no token handed out twice.
 //
 // It is opt-in (CHAOS_PROMOTE=1) until a violation it reported once is
-// understood: 1 of the first 3 runs, with reads of the protected value
+// understood: 1 of its first 2 runs, with reads of the protected value
 // still in the workload, was not linearizable (see the promote handling
 // in run for the suspected cause, not yet confirmed).
 func TestLeasePromoteChaos(t *testing.T) {
