@@ -95,11 +95,7 @@ func (c *candidate) lead(ctx context.Context, term leader.Term) error {
 // trusted checks, and records, that the term may still be trusted: the
 // work context live and its trust deadline ahead.
 func (c *candidate) trusted(ctx context.Context, term leader.Term) bool {
-	before := mono()
-	ok := ctx.Err() == nil && time.Now().Before(term.TrustedUntil())
-	after := mono()
-	if ok {
-		c.rec.write(event{K: evTrust, Name: c.name, Tok: term.Number, T: before, To: after})
-	}
-	return ok
+	return c.rec.trust(c.name, term.Number, func() bool {
+		return ctx.Err() == nil && time.Now().Before(term.TrustedUntil())
+	})
 }

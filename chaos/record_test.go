@@ -107,6 +107,18 @@ func (r *recorder) ret(id int64, res string, tok, val int64) {
 	r.write(event{K: evRet, I: id, Res: res, Tok: tok, Val: val, T: mono()})
 }
 
+// trust runs check, a holder's reading of whether it still holds name's
+// acquisition tok, and records the reading's interval when it says yes.
+func (r *recorder) trust(name string, tok int64, check func() bool) bool {
+	before := mono()
+	ok := check()
+	after := mono()
+	if ok {
+		r.write(event{K: evTrust, Name: name, Tok: tok, T: before, To: after})
+	}
+	return ok
+}
+
 func (r *recorder) note(format string, args ...any) {
 	r.write(event{K: evNote, T: mono(), Text: fmt.Sprintf(format, args...)})
 }

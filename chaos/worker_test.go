@@ -233,13 +233,9 @@ func (w *leaseW) tenure(ctx context.Context, l *lease.Lease) {
 // trusted checks, and records, that l is still held: a live Context and
 // a trust deadline ahead.
 func (w *leaseW) trusted(l *lease.Lease) bool {
-	before := mono()
-	ok := l.Context().Err() == nil && time.Now().Before(l.TrustedUntil())
-	after := mono()
-	if ok {
-		w.rec.write(event{K: evTrust, Name: l.Name(), Tok: l.Token(), T: before, To: after})
-	}
-	return ok
+	return w.rec.trust(l.Name(), l.Token(), func() bool {
+		return l.Context().Err() == nil && time.Now().Before(l.TrustedUntil())
+	})
 }
 
 // write is a guarded transaction: the protected value and the counter

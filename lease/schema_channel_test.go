@@ -29,13 +29,9 @@ func TestSchemasDoNotShareLoss(t *testing.T) {
 	if la.Token() != lb.Token() {
 		t.Fatalf("tokens %d and %d: the test wants equal ones", la.Token(), lb.Token())
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !lease.Listening(stores["tenant_a"]) || !lease.Listening(stores["tenant_b"]) {
-		if time.Now().After(deadline) {
-			t.Fatal("the stores are not listening after 30s")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a state, not synchronizing
-	}
+	poll(t, 30*time.Second, "both stores listening", func() bool {
+		return lease.Listening(stores["tenant_a"]) && lease.Listening(stores["tenant_b"])
+	})
 	if _, err := stores["tenant_a"].Break(ctx, "job"); err != nil {
 		t.Fatal(err)
 	}

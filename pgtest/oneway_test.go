@@ -18,15 +18,8 @@ func TestOneWay(t *testing.T) {
 	t.Parallel()
 	t.Run("DropRepliesRunsTheStatement", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		p, dsn := db.Proxy(t)
-		observer := db.Conn(t)
-		ctx := ctxT(t, time.Minute)
-		if _, err := observer.Exec(ctx, "create table lost (x int)"); err != nil {
-			t.Fatal(err)
-		}
-		client := connect(t, dsn)
-		pid := backendPID(t, client)
+		o := newOneWay(t)
+		db, p, dsn, observer, ctx, client, pid := o.db, o.p, o.dsn, o.observer, o.ctx, o.client, o.pid
 		p.DropReplies()
 		done := sendInsert(ctx, client)
 		// The server ran the statement to the end: the row is committed and
@@ -56,15 +49,8 @@ func TestOneWay(t *testing.T) {
 	})
 	t.Run("DropRequestsNeverRunsTheStatement", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		p, dsn := db.Proxy(t)
-		observer := db.Conn(t)
-		ctx := ctxT(t, time.Minute)
-		if _, err := observer.Exec(ctx, "create table lost (x int)"); err != nil {
-			t.Fatal(err)
-		}
-		client := connect(t, dsn)
-		pid := backendPID(t, client)
+		o := newOneWay(t)
+		db, p, dsn, observer, ctx, client, pid := o.db, o.p, o.dsn, o.observer, o.ctx, o.client, o.pid
 		p.DropRequests()
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
@@ -89,6 +75,32 @@ func TestOneWay(t *testing.T) {
 			t.Fatalf("after Pass: %q", got)
 		}
 	})
+}
+
+// oneWay is a one-way fault's setup: a database with a table "lost", a
+// proxy, a client through it with its backend's pid, and an observer
+// connected directly.
+type oneWay struct {
+	db       *pgtest.DB
+	p        *pgtest.Proxy
+	dsn      string
+	observer *pgx.Conn
+	ctx      context.Context
+	client   *pgx.Conn
+	pid      uint32
+}
+
+func newOneWay(t *testing.T) oneWay {
+	t.Helper()
+	o := oneWay{db: pgtest.New(t), ctx: ctxT(t, time.Minute)}
+	o.p, o.dsn = o.db.Proxy(t)
+	o.observer = o.db.Conn(t)
+	if _, err := o.observer.Exec(o.ctx, "create table lost (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	o.client = connect(t, o.dsn)
+	o.pid = backendPID(t, o.client)
+	return o
 }
 
 type pending struct {
