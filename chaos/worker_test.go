@@ -84,6 +84,13 @@ func leaseWorker(ctx context.Context, rec *recorder) error {
 		return err
 	}
 	cfg.MaxConns = 2 * goroutines
+	// pgxpool pings an idle connection before handing it out, with no
+	// timeout by default: under lost replies such a ping waits until a
+	// minute after its caller gave up, holding the connection, and
+	// pool.Close waits for it (a worker once missed its shutdown minute
+	// that way, stacks showing Acquire's ping). Bound it as a client on a
+	// lossy network should.
+	cfg.PingTimeout = 5 * time.Second
 	cfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("chaos-w%d", rec.p)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
