@@ -92,18 +92,29 @@ func TestLeaderChaos(t *testing.T) { mustHold(t, run(t, "leader", runOpts{})) }
 // under promotions (the primary stopped at once, the standby promoted, the
 // old primary rejoined as the standby), crashes, restarts, kills, stops
 // and terminations: no acknowledged acquisition or write may be lost, and
-// no token handed out twice.
-//
-// It is opt-in (CHAOS_PROMOTE=1) until a violation it reported once is
-// understood: 1 of its first 2 runs, with reads of the protected value
-// still in the workload, was not linearizable (see the promote handling
-// in run for the suspected cause, not yet confirmed).
+// no token handed out twice. Reads lock the row they read (see run): a
+// plain read can see a commit that a promotion then loses.
 func TestLeasePromoteChaos(t *testing.T) {
-	if os.Getenv("CHAOS_PROMOTE") == "" {
-		t.Skip("opt-in: CHAOS_PROMOTE=1 (a violation seen once is not yet explained)")
-	}
 	mustHold(t, run(t, "lease", runOpts{promote: true,
-		faults: []string{fPromote, fTerminate, fKill, fStop, fCrash, fRestart}}))
+		faults: []string{fPromote, fCutShort, fTerminate, fKill, fStop, fCrash, fRestart}}))
+}
+
+// TestCutShortPlainReads shows, live, why the promotion runs' reads lock
+// the row: with plain reads, commits cut short and then lost by a
+// promotion (fCutShort) are read before they vanish, and the checker
+// reports the history as not linearizable. Opt-in (CHAOS_PLAIN_READS=1):
+// it reported the anomaly in 2 of 3 default-size runs, too few to assert
+// in every run; TestCheckerReportsCutShortRead checks a history it
+// recorded, every time.
+func TestCutShortPlainReads(t *testing.T) {
+	if os.Getenv("CHAOS_PLAIN_READS") == "" {
+		t.Skip("opt-in: CHAOS_PLAIN_READS=1")
+	}
+	r := run(t, "lease", runOpts{promote: true, plainReads: true, faults: []string{fCutShort}, stopOnViolation: true})
+	if len(r.violations) == 0 {
+		t.Fatalf("plain reads under cut-short promotions: no oracle reported a violation\n%s", r)
+	}
+	t.Logf("plain reads under cut-short promotions: reported\n%s", r)
 }
 
 // TestPlantedBugs runs the lease workload with a known bug planted in the
@@ -147,6 +158,7 @@ type runOpts struct {
 	faults          []string
 	lazyWAL         bool // no guarded writes; the WAL writer sleeps 10 s
 	promote         bool // on a primary with a synchronous standby, workers without proxies
+	plainReads      bool // with promote: reads that do not wait for the standby
 	stopOnViolation bool
 }
 
@@ -172,14 +184,14 @@ func run(t *testing.T, workload string, o runOpts) report {
 	if o.plant != "" {
 		env = append(env, envPlant+"="+o.plant)
 	}
-	if o.promote {
-		// Suspected, not confirmed: a commit is visible on the primary
-		// before the synchronous standby confirms it, so a read may see a
-		// write that the promotion then loses (its writer never heard
-		// back) — an anomaly of the register, not of the lock. Reads are
-		// left out of promotion runs meanwhile; the counter bounds and the
-		// fence are still checked.
-		env = append(env, envNoReads+"=1")
+	if o.promote && !o.plainReads {
+		// A commit cut short while it waits for the synchronous standby
+		// (its backend terminated) is visible on the primary at once, and
+		// a promotion can then lose it (lease TestSyncCommitCutShort): a
+		// plain read could return a value that the failover takes back.
+		// Reads lock the row instead, so that their commits wait for the
+		// standby too, as Guard's do.
+		env = append(env, envDurableReads+"=1")
 	}
 	if o.lazyWAL {
 		env = append(env, envNoWrites+"=1")

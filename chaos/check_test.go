@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -136,4 +138,49 @@ func (c *cluster) afterRun(rc runConfig) []string {
 		}
 		pause(ctx, 100*time.Millisecond)
 	}
+}
+
+// TestCheckDump re-runs the history oracles on a run's histories saved
+// with CHAOS_DUMP: CHAOS_CHECK=dir go test -run TestCheckDump ./chaos/.
+func TestCheckDump(t *testing.T) {
+	dir := os.Getenv("CHAOS_CHECK")
+	if dir == "" {
+		t.Skip("CHAOS_CHECK=dir names a history saved with CHAOS_DUMP")
+	}
+	all := historyIn(t, dir)
+	r := analyse(all)
+	t.Log("\n" + r.String())
+	if len(r.violations) > 0 {
+		t.Errorf("%d violation(s)", len(r.violations))
+	}
+}
+
+// TestCheckerReportsCutShortRead checks a history that TestCutShortPlainReads
+// recorded (name n1 only, in testdata/cutshort): a plain read returned a
+// value whose commit had been cut short, a promotion lost that commit, and
+// a later read returned the value before it. The checker must report it.
+func TestCheckerReportsCutShortRead(t *testing.T) {
+	t.Parallel()
+	r := analyse(historyIn(t, filepath.Join("testdata", "cutshort")))
+	if len(r.violations) != 1 || !strings.Contains(r.violations[0], "n1: ") ||
+		!strings.Contains(r.violations[0], "read(n1 tok=0 val=0) -> ok tok=0 val=2203318222876") {
+		t.Fatalf("want one violation on n1 naming the stale read; got:\n%s", r)
+	}
+}
+
+// historyIn reads the histories saved in dir.
+func historyIn(t *testing.T, dir string) []event {
+	files, err := filepath.Glob(filepath.Join(dir, "w*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no history in %s (%v)", dir, err)
+	}
+	var all []event
+	for _, f := range files {
+		evs, err := readEvents(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, evs...)
+	}
+	return all
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/pgtest"
 )
@@ -215,6 +216,47 @@ func (c *cluster) promote(ctx context.Context) error {
 		return err
 	}
 	return c.ha.Rejoin(ctx)
+}
+
+// cutShort makes commits that a promotion loses although other sessions
+// saw them: replication paused, so every commit waits for the standby;
+// for a second, the worker sessions waiting are terminated, which leaves
+// their commits committed on the primary alone, and visible; a moment for
+// other sessions to see them; then a promotion
+// of the standby, which never received them (lease TestSyncCommitCutShort).
+// The terminated sessions' callers got no answer: unknown outcomes.
+func (c *cluster) cutShort(ctx context.Context) error {
+	if c.ha == nil {
+		return errors.New("cutshort needs a run on a cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := c.ha.PauseReplication(ctx); err != nil {
+		return err
+	}
+	for end := time.Now().Add(time.Second); time.Now().Before(end); pause(ctx, 20*time.Millisecond) {
+		pids, err := c.syncWaiters(ctx)
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			// Gone already (its process killed, say): nothing to cut short.
+			_ = c.db.Server.TerminateBackend(ctx, pid)
+		}
+	}
+	pause(ctx, 300*time.Millisecond)
+	return c.promote(ctx)
+}
+
+// syncWaiters returns the server pids of the worker sessions whose commits
+// wait for the synchronous standby.
+func (c *cluster) syncWaiters(ctx context.Context) ([]uint32, error) {
+	rows, err := c.admin.Query(ctx, `select pid from pg_stat_activity where datname = current_database()
+		and application_name <> $1 and wait_event = 'SyncRep'`, adminApp)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[uint32])
 }
 
 // partition cuts slot i's worker off from the server, both ways, for d:

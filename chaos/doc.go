@@ -24,13 +24,21 @@
 // shutdown), and a server crash (a backend SIGKILLed: the postmaster ends
 // every session and recovers from the WAL on disk, losing what was
 // committed asynchronously; local servers only). CHAOS_FAULTS=kind,kind
-// limits a run to some kinds. TestLeasePromoteChaos (opt-in,
-// CHAOS_PROMOTE=1, until a violation it reported once is explained) runs
-// the lease workload
-// on a primary with a synchronous standby (pgtest.NewCluster), the workers
-// connected through its multi-host DSN, with promotions among its faults:
-// the primary stopped at once, the standby promoted, the old primary
-// rejoined as the new standby.
+// limits a run to some kinds. TestLeasePromoteChaos runs the lease
+// workload on a primary with a synchronous standby (pgtest.NewCluster), the
+// workers connected through its multi-host DSN, with two more faults:
+// promotions (the primary stopped at once, the standby promoted, the old
+// primary rejoined as the new standby) and cut-short commits (replication
+// paused so that every commit waits for the standby, the waiting worker
+// sessions terminated — their commits stay on the primary alone, visible
+// to every session — then a promotion that loses them). A plain read can
+// see such a commit before the promotion takes it back, so the promotion
+// runs read the protected value FOR SHARE, whose commit waits for the
+// standby like a write's. TestCheckerReportsCutShortRead checks a
+// history recorded with plain reads (opt-in TestCutShortPlainReads,
+// CHAOS_PLAIN_READS=1), in which a read saw a value that the promotion
+// then lost, and asserts that the checker reports it. CHAOS_CHECK=dir
+// re-checks a history saved with CHAOS_DUMP=dir (TestCheckDump).
 //
 // The oracles:
 //

@@ -19,6 +19,7 @@ const (
 	fRestart   = "restart"   // restart the server (every session dies)
 	fCrash     = "crash"     // SIGKILL a server backend: the server crashes and recovers from its WAL
 	fPromote   = "promote"   // stop the primary at once, promote the synchronous standby (runs on a cluster)
+	fCutShort  = "cutshort"  // commits waiting for the standby cut short, then a promotion that loses them (a cluster)
 )
 
 // fault is one entry of a schedule.
@@ -31,7 +32,7 @@ type fault struct {
 
 func (f fault) String() string {
 	s := fmt.Sprintf("+%v %s", f.At.Round(time.Millisecond), f.Kind)
-	if f.Kind != fRestart && f.Kind != fTerminate && f.Kind != fCrash && f.Kind != fPromote {
+	if f.Kind != fRestart && f.Kind != fTerminate && f.Kind != fCrash && f.Kind != fPromote && f.Kind != fCutShort {
 		s += fmt.Sprintf(" w%d", f.Target)
 	}
 	if f.Dur > 0 {
@@ -44,7 +45,7 @@ func (f fault) String() string {
 // 100–400 ms, kinds weighted so that the cheap ones are frequent and a
 // server restart is rare. The same seed gives the same schedule.
 func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault {
-	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fPartition: 2, fRestart: 1, fCrash: 1, fPromote: 3}
+	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fPartition: 2, fRestart: 1, fCrash: 1, fPromote: 3, fCutShort: 2}
 	var bag []string
 	for _, k := range kinds {
 		for range weights[k] {
@@ -60,7 +61,7 @@ func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault
 			f.Dur = time.Duration(100+r.IntN(1400)) * time.Millisecond
 		case fRestart, fCrash:
 			at += time.Second // let the server come back before the next one
-		case fPromote:
+		case fPromote, fCutShort:
 			at += 3 * time.Second // and the old primary rejoin as the standby
 		}
 		out = append(out, f)
@@ -78,6 +79,7 @@ type injector interface {
 	restart(ctx context.Context) error
 	crash(ctx context.Context, pick func(n int) int) error
 	promote(ctx context.Context) error
+	cutShort(ctx context.Context) error
 }
 
 // play runs the schedule until ctx ends, and counts what it did.
@@ -111,6 +113,8 @@ func play(ctx context.Context, sched []fault, seed uint64, inj injector, logf fu
 			err = inj.crash(ctx, func(n int) int { return r.IntN(n) })
 		case fPromote:
 			err = inj.promote(ctx)
+		case fCutShort:
+			err = inj.cutShort(ctx)
 		}
 		if err != nil {
 			logf("fault %v: %v", f, err)

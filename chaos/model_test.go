@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -159,28 +160,48 @@ func checkLinearizable(ops []porcupine.Operation, timeout time.Duration) (string
 	if res != porcupine.Illegal {
 		return "", res
 	}
-	return describeIllegal(info), res
+	return describeIllegal(info, ops), res
 }
 
-// describeIllegal prints a minimal slice of the history around the longest
-// linearizable prefix of the failing partition.
-func describeIllegal(info porcupine.LinearizationInfo) string {
-	data := info.PartialLinearizationsOperations()
-	s := "not linearizable; longest partial linearizations of the failing partition:\n"
-	for pi, part := range data {
-		for _, lin := range part {
-			if len(lin) == 0 {
-				continue
+// describeIllegal prints, for each name whose history is not
+// linearizable, the end of the longest linearizable prefix found and the
+// operations that could not be placed after it (the earliest called).
+func describeIllegal(info porcupine.LinearizationInfo, ops []porcupine.Operation) string {
+	parts := fencedLock.Partition(ops)
+	s := "not linearizable:\n"
+	for pi, part := range info.PartialLinearizationsOperations() {
+		if pi >= len(parts) || len(part) == 0 || len(part[0]) >= len(parts[pi]) {
+			continue // this name's history is linearizable
+		}
+		lin := part[0]
+		placed := map[[2]int64]bool{}
+		for _, op := range lin {
+			placed[[2]int64{int64(op.ClientId), op.Call}] = true
+		}
+		s += fmt.Sprintf("  %s: %d of %d operations placed; the last of them:\n", parts[pi][0].Input.(linIn).Name, len(lin), len(parts[pi]))
+		for _, op := range lin[max(0, len(lin)-8):] {
+			s += "    " + describeOp(op) + "\n"
+		}
+		s += "  none of these fits next:\n"
+		rest := 0
+		sorted := slices.Clone(parts[pi])
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
+		for _, op := range sorted {
+			if !placed[[2]int64{int64(op.ClientId), op.Call}] && rest < 4 {
+				s += "    " + describeOp(op) + "\n"
+				rest++
 			}
-			from := max(0, len(lin)-8)
-			for _, op := range lin[from:] {
-				s += fmt.Sprintf("  [partition %d] p%d %s\n", pi, op.ClientId,
-					fencedLock.DescribeOperation(op.Input, op.Output))
-			}
-			break
 		}
 	}
 	return s
+}
+
+func describeOp(op porcupine.Operation) string {
+	ret := "never returned"
+	if op.Return != math.MaxInt64 {
+		ret = fmt.Sprintf("returned %.3fs", float64(op.Return)/1e9)
+	}
+	return fmt.Sprintf("p%d %s  (called %.3fs, %s)", op.ClientId, fencedLock.DescribeOperation(op.Input, op.Output), float64(op.Call)/1e9, ret)
 }
 
 // trustWindow is what one acquisition's holder reported: over [from, to]

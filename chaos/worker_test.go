@@ -29,6 +29,9 @@ const (
 	envPlant    = "CHAOS_PLANT"    // a bug to plant (internal/plant.Names)
 	envNoWrites = "CHAOS_NOWRITES" // lease clients make no guarded writes
 	envNoReads  = "CHAOS_NOREADS"  // lease clients make no reads of the protected value
+	// envDurableReads: lease clients read the protected value with FOR
+	// SHARE, whose commit waits for a synchronous standby.
+	envDurableReads = "CHAOS_DURABLE_READS"
 )
 
 // runWorker runs a worker when the test binary was started as one, and
@@ -275,13 +278,21 @@ func guardedWrite(ctx context.Context, rec *recorder, pool *pgxpool.Pool, name s
 	}
 }
 
-// read records the protected value.
+// read records the protected value. A durable read locks the row, so its
+// commit waits until a synchronous standby has everything it read.
 func (w *leaseW) read(ctx context.Context, name string) {
 	id := w.rec.call(opRead, name, 0, 0)
 	octx, cancel := opCtx(ctx)
 	defer cancel()
+	sql := "select val from protected where name = $1"
+	if os.Getenv(envDurableReads) != "" {
+		sql += " for share"
+	}
 	var v int64
-	if err := w.pool.QueryRow(octx, "select val from protected where name = $1", name).Scan(&v); err != nil {
+	err := pgx.BeginFunc(octx, w.pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(octx, sql, name).Scan(&v)
+	})
+	if err != nil {
 		w.rec.ret(id, resUnknown, 0, 0)
 		return
 	}
