@@ -217,7 +217,8 @@ func TestMixedModesNoOverlap(t *testing.T) {
 			waitLocked(t, db, sess)
 			<-time.After(2 * grace) // the scenario: a term that outlasts the taker's Grace
 			if cur, ok := lo.Current(); !ok || cur.Number != ev.term.Number {
-				t.Fatalf("the lease-only leader lost term %d while the session candidate waited (now %+v, %v)", ev.term.Number, cur, ok)
+				t.Errorf("the lease-only leader lost term %d while the session candidate waited (now term %d, %v)", ev.term.Number, cur.Number, ok)
+				break
 			}
 			loss(t, member{"lease", lo, lR}, "Resign")
 			fromLease++
@@ -237,7 +238,7 @@ func TestMixedModesNoOverlap(t *testing.T) {
 	for _, o := range book.overlaps {
 		t.Error(o)
 	}
-	t.Logf("%d terms from each mode handed over; %d overlaps", want, len(book.overlaps))
+	t.Logf("%d lease-only and %d session-mode terms handed over; %d overlaps", fromLease, fromSession, len(book.overlaps))
 }
 
 // waitLocked waits until some session holds e's advisory lock.
