@@ -11,19 +11,31 @@ import (
 	"github.com/pglocks/pglocks/lease"
 )
 
-// campaign waits until this candidate holds both the advisory lock and the
-// lease, and returns the new tenure, already current: a Resign from now on
-// reaches it.
+// campaign waits until this candidate holds the lease — and, but in
+// ModeLeaseOnly, the advisory lock first — and returns the new tenure,
+// already current: a Resign from now on reaches it.
 func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, error) {
-	e.cfg.Logger.Debug("leader: campaigning", "election", e.cfg.Name, "identity", e.cfg.Identity)
-	lk, err := e.lockWatching(ctx, hooks)
-	if err != nil {
-		return nil, err
+	e.cfg.Logger.Debug("leader: campaigning", "election", e.cfg.Name, "identity", e.cfg.Identity, "mode", e.Mode())
+	var (
+		lk  *advisory.Lock
+		ls  *lease.Lease
+		err error
+	)
+	if e.Mode() != ModeLeaseOnly {
+		lk, err = e.lockWatching(ctx, hooks)
+		if e.settle(err) {
+			err = nil // fell back to ModeLeaseOnly
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	lockedAt := time.Now()
-	ls, err := e.takeLease(ctx, lk, lockedAt)
-	if err != nil {
+	if lk == nil {
+		ls, err = e.leaseWatching(ctx, hooks)
+	} else if ls, err = e.takeLease(ctx, lk, time.Now()); err != nil {
 		e.unlock(lk)
+	}
+	if err != nil {
 		return nil, err
 	}
 	tctx, endTerm := termContext(lk, ls)
@@ -53,13 +65,22 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 }
 
 // lockWatching takes the campaign's advisory lock, waiting as long as it
-// takes. Meanwhile, every RetryInterval, it reads the lease row: it reports
-// new leaders to OnNewLeader, and it breaks a stale leader — one whose lease
-// has expired by the server clock while its session still holds the
-// advisory lock — by terminating that session (unless NoTerminate). A read
-// that fails for good (the table is missing, a privilege) ends the wait
-// with that error.
+// takes, while watching the lease row (see watching): it breaks a stale
+// leader's session unless NoTerminate.
 func (e *Elector) lockWatching(ctx context.Context, hooks *dispatcher) (*advisory.Lock, error) {
+	return watching(e, ctx, hooks, !e.cfg.NoTerminate, func(ctx context.Context) (*advisory.Lock, error) {
+		return e.cfg.Locker.Lock(ctx, e.key)
+	})
+}
+
+// watching runs wait — the campaign's wait for the lock or the lease —
+// and meanwhile, every RetryInterval, reads the lease row: it reports new
+// leaders to OnNewLeader, and, if terminate, it breaks a stale leader — one
+// whose lease has expired by the server clock while its session still
+// holds the advisory lock — by terminating that session. A read that fails
+// for good (the table is missing, a privilege) ends the wait with that
+// error.
+func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, terminate bool, wait func(context.Context) (T, error)) (T, error) {
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watched := make(chan struct{})
@@ -85,13 +106,13 @@ func (e *Elector) lockWatching(ctx context.Context, hooks *dispatcher) (*advisor
 			if l.Held && !sameTerm(l, last) && hooks != nil && e.cfg.OnNewLeader != nil {
 				hooks.do(func() { e.cfg.OnNewLeader(l) })
 			}
-			if !l.Held && l.owner != [16]byte{} && !e.cfg.NoTerminate {
+			if !l.Held && l.owner != [16]byte{} && terminate {
 				e.breakStale(lctx, l, !sameTerm(l, last))
 			}
 			last = l
 		}
 	}()
-	lk, err := e.cfg.Locker.Lock(lctx, e.key)
+	v, err := wait(lctx)
 	cause := context.Cause(lctx)
 	cancel(nil)
 	<-watched
@@ -99,42 +120,52 @@ func (e *Elector) lockWatching(ctx context.Context, hooks *dispatcher) (*advisor
 		if ctx.Err() == nil && cause != nil {
 			err = cause // the watcher's
 		}
-		return nil, fmt.Errorf("leader: campaign %q: %w", e.cfg.Name, err)
+		return v, fmt.Errorf("leader: campaign %q: %w", e.cfg.Name, err)
 	}
-	return lk, nil
+	return v, nil
 }
 
 // takeLease acquires the lease while holding the advisory lock. A lease
-// still held by the previous leader — whose advisory session has ended, or
-// we would not hold the lock — is waited for (a release ends the wait at
-// once) until the holder's horizon has passed since lockedAt: the longer of
-// our Grace and the Grace the holder recorded in the row. Then it is
-// broken and taken over: by then the previous leader has stopped trusting
-// its session, so it no longer leads. A holder that recorded no horizon is
-// waited for until its lease expires.
+// still held is waited for (see outwait) and, once the holder's horizon has
+// passed, broken — if it is still that holder's — and tried again.
 func (e *Elector) takeLease(ctx context.Context, lk *advisory.Lock, lockedAt time.Time) (*lease.Lease, error) {
-	md, _ := json.Marshal(meta{Identity: e.cfg.Identity, SessionPID: lk.PID(),
-		Grace: e.cfg.Grace.String(), Ping: e.cfg.Locker.Config().PingInterval.String(),
-		TTL: e.cfg.TTL.String(), Margin: e.margin.String()})
-	opt := lease.WithMetadata(md)
-	ls, err := e.cfg.Store.TryAcquire(ctx, e.leaseName, e.cfg.TTL, opt)
-	if err == nil || !errors.Is(err, lease.ErrHeld) {
-		return e.keep(ls, lk, err)
+	opt := lease.WithMetadata(e.metadata(lk))
+	for {
+		ls, err := e.cfg.Store.TryAcquire(ctx, e.leaseName, e.cfg.TTL, opt)
+		if err == nil || !errors.Is(err, lease.ErrHeld) {
+			return e.keep(ls, lk, err)
+		}
+		info, err := e.cfg.Store.Get(ctx, e.leaseName)
+		if err != nil {
+			return nil, err
+		}
+		if ls, err = e.outwait(ctx, lk, lockedAt, leaderFromInfo(e.cfg.Name, info), opt); ls != nil || err != nil {
+			return ls, err
+		}
 	}
-	info, err := e.cfg.Store.Get(ctx, e.leaseName)
-	if err != nil {
-		return nil, err
-	}
+}
+
+// outwait waits for holder's lease to be released or to expire (and then
+// returns it acquired) — or, if the holder recorded a horizon, only until
+// that has passed since lockedAt: the longer of our Grace and the Grace
+// the holder recorded. Every holder that records one is a session-mode
+// leader whose advisory session ended before lockedAt — or we would not
+// hold the lock — so by then it has stopped trusting its term; outwait
+// breaks the lease if the row still shows that very term (owner and
+// token), and returns nil, nil to try again. A holder that recorded no
+// horizon — a lease-only leader, whose lease is all it has, or an older
+// version — is waited for until its lease expires or is released.
+func (e *Elector) outwait(ctx context.Context, lk *advisory.Lock, lockedAt time.Time, holder Leader, opt lease.Option) (*lease.Lease, error) {
 	wctx, cancel := context.WithCancel(lk.Context())
 	defer cancel()
-	holder, known := leaderFromInfo(e.cfg.Name, info).meta.horizon()
+	grace, known := holder.meta.horizon()
 	if known {
-		wctx, cancel = context.WithDeadline(wctx, lockedAt.Add(max(e.cfg.Grace, holder)))
+		wctx, cancel = context.WithDeadline(wctx, lockedAt.Add(max(e.cfg.Grace, grace)))
 		defer cancel()
 	}
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	ls, err = e.cfg.Store.Acquire(wctx, e.leaseName, e.cfg.TTL, opt)
+	ls, err := e.cfg.Store.Acquire(wctx, e.leaseName, e.cfg.TTL, opt)
 	switch {
 	case err == nil:
 		return e.keep(ls, lk, nil)
@@ -145,13 +176,29 @@ func (e *Elector) takeLease(ctx context.Context, lk *advisory.Lock, lockedAt tim
 	case !errors.Is(err, context.DeadlineExceeded):
 		return nil, err
 	}
-	if _, err := e.cfg.Store.Break(ctx, e.leaseName); err != nil {
+	broken, err := e.breakTerm(ctx, holder)
+	if err != nil {
 		return nil, err
 	}
-	e.cfg.Logger.Info("leader: took over the lease of a leader whose session ended", "election", e.cfg.Name,
-		"waited", time.Since(lockedAt).Round(time.Millisecond))
-	ls, err = e.cfg.Store.TryAcquire(ctx, e.leaseName, e.cfg.TTL, opt)
-	return e.keep(ls, lk, err)
+	if broken {
+		e.cfg.Logger.Info("leader: broke the lease of a leader whose session ended", "election", e.cfg.Name,
+			"term", holder.Term, "waited", time.Since(lockedAt).Round(time.Millisecond))
+	}
+	return nil, nil
+}
+
+// metadata is what a leader records in the lease row: with lk, its
+// session and horizon; without (lease-only), the mark that it has none.
+func (e *Elector) metadata(lk *advisory.Lock) json.RawMessage {
+	m := meta{Identity: e.cfg.Identity, TTL: e.cfg.TTL.String(), Margin: e.margin.String()}
+	if lk == nil {
+		m.Campaign = leaseOnlyMark
+	} else {
+		m.SessionPID, m.Grace = lk.PID(), e.cfg.Grace.String()
+		m.Ping = e.cfg.Locker.Config().PingInterval.String()
+	}
+	md, _ := json.Marshal(m)
+	return md
 }
 
 // keep returns the lease just acquired, unless the advisory lock was lost
@@ -175,8 +222,12 @@ func (e *Elector) notify(ctx context.Context) {
 	}
 }
 
-// unlock releases the advisory lock with a fresh bounded context.
+// unlock releases the advisory lock with a fresh bounded context; a nil
+// lk (a lease-only term) is none.
 func (e *Elector) unlock(lk *advisory.Lock) {
+	if lk == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
 	defer cancel()
 	if err := lk.Unlock(ctx); err != nil && !errors.Is(err, advisory.ErrNotHeld) {

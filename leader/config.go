@@ -40,9 +40,20 @@ type Config struct {
 	// inspection. Required.
 	Pool *pgxpool.Pool
 
+	// Mode is how the elector campaigns: [ModeSession] gates the campaign
+	// with a session advisory lock for a fast failover after a crash;
+	// [ModeLeaseOnly] uses the lease alone and works behind any pooler,
+	// failing over after a crash once the lease expires (within TTL);
+	// [ModeAuto] is ModeSession unless the Locker reports that its pool is
+	// behind a pooler in transaction mode, and then ModeLeaseOnly.
+	// Candidates in different modes may share an election (see the package
+	// doc). Default: ModeAuto.
+	Mode Mode
+
 	// Locker holds the campaign's advisory lock. Share one Locker among
 	// many elections: its few sessions hold every election's lock.
-	// Default: a Locker of its own on Pool, closed by [Elector.Close].
+	// ModeLeaseOnly does not use it. Default: a Locker of its own on Pool
+	// (none in ModeLeaseOnly), closed by [Elector.Close].
 	Locker *advisory.Locker
 
 	// Store holds the election's lease row (named "pglocks.leader:" +
@@ -157,7 +168,8 @@ func (c *Config) setDefaults(ping time.Duration) {
 	}
 }
 
-// validate checks c after setDefaults; ping is the Locker's PingInterval.
+// validate checks c after setDefaults; ping is the Locker's PingInterval
+// (the advisory default when there is no Locker).
 func (c *Config) validate(ping time.Duration) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
@@ -167,6 +179,8 @@ func (c *Config) validate(ping time.Duration) error {
 		return bad("Name: %v", pglocks.ValidateName(c.Name))
 	case len(c.Name) > maxNameLen:
 		return bad("Name is %d bytes, more than %d", len(c.Name), maxNameLen)
+	case c.Mode < ModeAuto || c.Mode > ModeLeaseOnly:
+		return bad("Mode %d is not ModeAuto, ModeSession or ModeLeaseOnly", int(c.Mode))
 	case c.TTL < 0 || c.RenewInterval < 0 || c.RetryInterval < 0 || c.Grace < 0:
 		return bad("TTL, RenewInterval, RetryInterval and Grace must not be negative")
 	case c.TTL < 100*time.Millisecond:

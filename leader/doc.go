@@ -8,7 +8,9 @@
 // instead of a lease later. A lease (package lease) carries the term — its
 // fencing token, which only grows — the leader's identity and expiry, is
 // renewed by the leader and read by everyone, and keeps the election safe
-// when a leader is only cut off.
+// when a leader is only cut off. Behind a pooler in transaction mode, where
+// session locks cannot work, the election runs on the lease alone
+// (Config.Mode; see "Lease-only campaign" below).
 //
 //	          Run
 //	           │
@@ -26,7 +28,8 @@
 //
 // # Campaign
 //
-// A candidate waits for the advisory lock on [pglocks.KeyOf]("pglocks.leader:"
+// A candidate (in session mode, the default where session locks work)
+// waits for the advisory lock on [pglocks.KeyOf]("pglocks.leader:"
 // + name): a release wakes it through LISTEN/NOTIFY, a crashed holder's lock
 // is picked up by the advisory package's short backoff. Holding the lock, it
 // acquires the lease "pglocks.leader:" + name. If the previous leader still
@@ -34,6 +37,31 @@
 // candidate waits until the holder's horizon has passed since it took the
 // lock (a release ends the wait at once), then breaks the lease and takes
 // it over.
+//
+// # Lease-only campaign
+//
+// In [ModeLeaseOnly] — chosen by Config.Mode, or by [ModeAuto] (the
+// default) when the Locker refuses session locks with
+// [advisory.ErrTransactionPooling], which it logs once at Warn and
+// [Elector.State] shows as Mode — a candidate takes no advisory lock: it
+// acquires the lease "pglocks.leader:" + name when it is free, released or
+// expired (the server decides, by its clock), renews it, trusts it until
+// the lease's own trust deadline and steps down when it is lost. A crashed
+// leader is replaced once its lease expires, within TTL of its last renewal
+// plus a poll (at most about 300ms behind transaction pooling, where the
+// lease Store polls); a leader that resigns or stops releases the lease and
+// is replaced within that poll — at once where NOTIFY works.
+//
+// Candidates in both modes may share an election (a rolling deploy, or one
+// replica behind the pooler). A lease-only leader records in the lease row
+// that it is one, and no session and no horizon: a session-mode candidate,
+// which gets the advisory lock at once since the lease-only leader holds
+// none, waits for that lease to be released or to expire (as for a holder
+// of an older version, which records no horizon either), never breaks it
+// early and terminates no backend for it. A lease-only candidate takes a
+// session-mode leader's lease only once it is released or expired, like
+// any lease. A lease-only leader's term is as safe as a lease (see package
+// lease): it holds no session whose loss could end it sooner.
 //
 // # Why that is safe: the holder's horizon
 //
@@ -53,8 +81,11 @@
 // Only Grace enters the wait: the ping interval is inside it (Grace must
 // exceed 1.5 × PingInterval), and the lease's TTL and margin are honoured
 // by the server, which does not let the lease go before its expiry. A
-// holder that recorded no horizon (an older version) is waited for until
-// its lease expires or is released.
+// holder that recorded no horizon (a lease-only leader, or an older
+// version) is waited for until its lease expires or is released. The taker
+// breaks only the term whose horizon it waited for — the row must still
+// show that owner and token — so a lease-only candidate that took the
+// lease meanwhile, once it expired, keeps it.
 //
 // Every comparison of a deadline is made on the clock that produced it:
 // lease deadlines on the Store's Config.Now, session deadlines on time.Now;
@@ -141,13 +172,16 @@
 // Through a pooler in session mode everything works as over a direct
 // connection (TestViaSessionBouncer runs the behaviour tests through a real
 // PgBouncer). Behind a pooler in transaction mode the campaign's session
-// lock cannot be held: the Locker refuses it, and Run returns
-// [advisory.ErrTransactionPooling] at once (TestRunRefusedBehindTransactionPooling);
-// there is no lease-only campaign yet. Give Run a pool that reaches
-// PostgreSQL directly or through a session-mode pooler. [Elector.Observe]
-// and [Elector.Leader] work behind transaction pooling: Observe finds by a
-// probe that LISTEN cannot work there, logs it once and polls every
-// RetryInterval (TestObservePollsBehindTransactionPooling).
+// lock cannot be held: the Locker refuses it, and in [ModeAuto] the
+// elector campaigns on the lease alone (TestLeaseOnlyBehindTransactionPooling:
+// elected, fenced, and taken over after a resignation, a Close or a crash
+// within TTL + RetryInterval); in [ModeSession] Run returns
+// [advisory.ErrTransactionPooling] at once (TestRunRefusedBehindTransactionPooling).
+// For a failover after a crash faster than TTL, give the Locker a pool
+// that reaches PostgreSQL directly or through a session-mode pooler.
+// [Elector.Observe] and [Elector.Leader] work behind transaction pooling:
+// Observe finds by a probe that LISTEN cannot work there, logs it once and
+// polls every RetryInterval (TestObservePollsBehindTransactionPooling).
 //
 // # Many elections
 //
@@ -162,12 +196,16 @@
 //     safety margin absorbs modest drift), whatever Grace, PingInterval and
 //     TTL each candidate uses. Terms strictly increase, across crashes,
 //     takeovers and server restarts (as durable as the lease table's
-//     commits).
+//     commits). This holds in elections mixing session-mode and lease-only
+//     candidates too (TestMixedModesNoOverlap).
 //   - A crashed or killed leader is replaced within about the longer of its
 //     Grace and the taker's (default three advisory ping intervals) plus a
 //     few round trips; a terminated session likewise, or sooner when the
 //     leader notices and releases; a resigning leader within a few round
 //     trips; a partitioned leader within TTL + RetryInterval (see above).
+//     A lease-only leader that crashes or is partitioned is replaced
+//     within TTL of its last renewal plus a poll, one that resigns within
+//     a poll.
 //   - A work function that ignores its context keeps running after its term
 //     ended: the election moves on without it, but nothing stops its
 //     unfenced side effects.
@@ -187,7 +225,9 @@
 //     handed out again. An Elector pointed at a standby fails at once with
 //     advisory.ErrStandby (TestStandbyRefused).
 //   - Behind PgBouncer in transaction pooling mode, session advisory locks do
-//     not work: point the Locker's pool at PostgreSQL directly.
+//     not work: the election runs on the lease alone, and a crashed leader
+//     is replaced only after its TTL. Point the Locker's pool at PostgreSQL
+//     directly for the fast failover.
 //   - Elections are not fair: after a leader steps down, any candidate may
 //     win.
 package leader

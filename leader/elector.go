@@ -54,6 +54,7 @@ type Elector struct {
 	kill     context.CancelCauseFunc
 
 	mu      sync.Mutex
+	mode    Mode // cfg.Mode; in ModeAuto, what the first campaign found
 	running bool
 	runExit chan struct{} // closed when the current Run returns
 	closed  bool
@@ -65,11 +66,12 @@ type Elector struct {
 	errAt     time.Time
 }
 
-// tenure is a term being led: the two things held, and the ways to end it.
+// tenure is a term being led: the two things held (one, lease-only), and
+// the ways to end it.
 type tenure struct {
 	term    Term
 	endTerm context.CancelCauseFunc // ends term.Context: called once stepped down
-	lock    *advisory.Lock
+	lock    *advisory.Lock          // nil for a lease-only term
 	lease   *lease.Lease
 	resign  chan struct{} // closed by Resign
 	once    sync.Once
@@ -83,15 +85,18 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.Pool == nil {
 		return nil, fmt.Errorf("%w: Pool is nil", ErrInvalidConfig)
 	}
-	e := &Elector{}
-	if cfg.Locker == nil {
+	e := &Elector{mode: cfg.Mode}
+	if cfg.Locker == nil && cfg.Mode != ModeLeaseOnly {
 		l, err := advisory.New(cfg.Pool, advisory.Config{Logger: cfg.Logger, Observer: cfg.Observer})
 		if err != nil {
 			return nil, fmt.Errorf("leader: %w", err)
 		}
 		cfg.Locker, e.ownLocker = l, true
 	}
-	ping := cfg.Locker.Config().PingInterval
+	ping := advisory.DefaultPingInterval
+	if cfg.Locker != nil {
+		ping = cfg.Locker.Config().PingInterval
+	}
 	cfg.setDefaults(ping)
 	if err := cfg.validate(ping); err != nil {
 		e.closeOwned(context.Background(), cfg)
@@ -127,7 +132,8 @@ func New(cfg Config) (*Elector, error) {
 // Config returns the elector's configuration, defaults filled in.
 func (e *Elector) Config() Config { return e.cfg }
 
-// Key returns the advisory-lock key the campaign takes.
+// Key returns the advisory-lock key the campaign takes (but in
+// ModeLeaseOnly).
 func (e *Elector) Key() pglocks.Key { return e.key }
 
 // Close ends the elector: a Run under way stops as if its ctx had ended —

@@ -82,8 +82,8 @@ func (e *Elector) preflight(ctx context.Context, t *tenure) error {
 	default:
 	}
 	switch {
-	case t.lock.Err() != nil:
-		return fmt.Errorf("%w: advisory session ended: %w", ErrLost, t.lock.Err())
+	case t.lockErr() != nil:
+		return fmt.Errorf("%w: advisory session ended: %w", ErrLost, t.lockErr())
 	case t.lease.Err() != nil:
 		return fmt.Errorf("%w: %w", ErrLost, t.lease.Err())
 	case !time.Now().Before(t.term.TrustedUntil()):
@@ -101,7 +101,7 @@ func (e *Elector) drain(t *tenure, workDone <-chan error) (workErr error, return
 		select {
 		case err := <-workDone:
 			return err, true
-		case <-t.lock.Lost():
+		case <-t.lockLost():
 			return nil, false
 		case <-t.lease.Context().Done():
 			return nil, false
@@ -128,8 +128,8 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 			return ErrResigned, nil, false
 		case err := <-workDone:
 			return ErrWorkDone, err, true
-		case <-t.lock.Lost():
-			return fmt.Errorf("%w: advisory session ended: %w", ErrLost, t.lock.Err()), nil, false
+		case <-t.lockLost():
+			return fmt.Errorf("%w: advisory session ended: %w", ErrLost, t.lockErr()), nil, false
 		case <-t.lease.Context().Done():
 			// Every end of the lease: lost, broken, or abandoned by a Store
 			// closed under us (which does not close Lost).
@@ -172,8 +172,26 @@ func (e *Elector) renew(ctx context.Context, t *tenure) {
 	}
 }
 
-// stepDown releases the lease, then the advisory lock, with a fresh bounded
-// context: a candidate woken by the unlock finds the lease free. A term no
+// lockLost is the term's advisory lock's Lost, nil (never ready) for a
+// lease-only term.
+func (t *tenure) lockLost() <-chan struct{} {
+	if t.lock == nil {
+		return nil
+	}
+	return t.lock.Lost()
+}
+
+// lockErr is the term's advisory lock's Err, nil for a lease-only term.
+func (t *tenure) lockErr() error {
+	if t.lock == nil {
+		return nil
+	}
+	return t.lock.Err()
+}
+
+// stepDown releases the lease, then the advisory lock (if any), with a
+// fresh bounded context: a candidate woken by the unlock finds the lease
+// free. A term no
 // longer trusted unlocks first: its release may be what is failing, and a
 // candidate should not have to terminate a shared session to get past it.
 func (e *Elector) stepDown(t *tenure) {

@@ -161,6 +161,7 @@ func TestConfigValidation(t *testing.T) {
 		{"RenewTooSlow", leader.Config{Name: "x", TTL: 10 * time.Second, RenewInterval: 6 * time.Second}, "RenewInterval 6s must be below TTL/2"},
 		{"GraceTooShort", leader.Config{Name: "x", Grace: time.Millisecond}, "Grace"},
 		{"GraceTooLong", leader.Config{Name: "x", TTL: time.Second, Grace: 2 * time.Second}, "Grace 2s must be below TTL"},
+		{"BadMode", leader.Config{Name: "x", Mode: leader.ModeLeaseOnly + 1}, "Mode 3"},
 		{"BadChannel", leader.Config{Name: "x", Channel: "no-dashes"}, "Channel"},
 		{"TTLAboveStoreMax", leader.Config{Name: "x", TTL: 48 * time.Hour}, "exceeds the Store's MaxTTL"},
 	} {

@@ -58,14 +58,16 @@ func TestViaSessionBouncer(t *testing.T) {
 }
 
 // TestRunRefusedBehindTransactionPooling: behind a transaction-mode
-// PgBouncer the campaign's session lock is refused, and Run returns
-// advisory.ErrTransactionPooling at once instead of campaigning forever.
+// PgBouncer the campaign's session lock is refused, and an elector told to
+// campaign in ModeSession makes Run return advisory.ErrTransactionPooling at
+// once instead of campaigning forever (in ModeAuto it campaigns on the
+// lease alone: TestLeaseOnlyBehindTransactionPooling).
 func TestRunRefusedBehindTransactionPooling(t *testing.T) {
 	t.Parallel()
 	db := setup(t)
 	_, dsn := db.Bouncer(t, pgtest.PoolTransaction)
 	pool := pgtest.NewPool(t, dsn, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
-	e, err := leader.New(leader.Config{Name: "pooled", Pool: pool})
+	e, err := leader.New(leader.Config{Name: "pooled", Pool: pool, Mode: leader.ModeSession})
 	if err != nil {
 		t.Fatal(err)
 	}

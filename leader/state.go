@@ -8,6 +8,10 @@ import "time"
 type State struct {
 	// Running reports whether [Elector.Run] is under way.
 	Running bool
+	// Mode is the mode the elector campaigns in, as [Elector.Mode]
+	// reports it: ModeLeaseOnly once an elector in ModeAuto has fallen
+	// back to it behind a pooler in transaction mode.
+	Mode Mode
 	// Leading reports whether this candidate holds a term now.
 	Leading bool
 	// Term is the current term's number while Leading, else 0.
@@ -30,7 +34,7 @@ type State struct {
 func (e *Elector) State() State {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := State{Running: e.running, LastError: e.lastErr, LastErrorAt: e.errAt}
+	s := State{Running: e.running, Mode: e.mode, LastError: e.lastErr, LastErrorAt: e.errAt}
 	if t := e.current; t != nil {
 		s.Leading, s.Term, s.TrustedUntil = true, t.term.Number, t.term.TrustedUntil()
 	}

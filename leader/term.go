@@ -36,8 +36,8 @@ type Term struct {
 // trusted without asking the database, as a reading of time.Now (with its
 // monotonic clock), whatever clock the lease Store was given: the earlier
 // of the lease's trust deadline (send time of its last successful renewal +
-// TTL − margin) and Grace after the last answered round trip on the
-// advisory session. The leader's context is cancelled when it passes; a
+// TTL − margin) and, but for a lease-only term, Grace after the last
+// answered round trip on the advisory session. The leader's context is cancelled when it passes; a
 // leader about to do something it cannot fence — send an email, call an API
 // that ignores the term — should check it first, since a process stalled by
 // the scheduler may run before its timers do. Once the term has ended — its
@@ -45,13 +45,16 @@ type Term struct {
 // down — it is the zero time, whatever the deadlines said. The zero Term's
 // is the zero time.
 func (t Term) TrustedUntil() time.Time {
-	if t.lease == nil || t.lock == nil || t.Context().Err() != nil {
+	if t.lease == nil || t.Context().Err() != nil {
 		return time.Time{}
 	}
 	// The lease's deadline is a reading of the Store's clock: carry the time
 	// left over to time.Now's. Reading time.Now first errs early, never late.
 	now := time.Now()
 	until := now.Add(t.lease.TrustedUntil().Sub(t.now()))
+	if t.lock == nil {
+		return until // a lease-only term
+	}
 	if s := t.lock.VerifiedAt().Add(t.grace); s.Before(until) {
 		until = s
 	}
@@ -87,10 +90,14 @@ var ended = func() context.Context {
 	return ctx
 }()
 
-// termContext returns the context of a term on lk and ls: cancelled when
-// either ends, or by the returned function when the elector steps down.
+// termContext returns the context of a term on lk (nil for a lease-only
+// term) and ls: cancelled when either ends, or by the returned function
+// when the elector steps down.
 func termContext(lk *advisory.Lock, ls *lease.Lease) (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(ls.Context())
+	if lk == nil {
+		return ctx, cancel
+	}
 	stop := context.AfterFunc(lk.Context(), func() { cancel(context.Cause(lk.Context())) })
 	return ctx, func(cause error) {
 		stop()
@@ -130,7 +137,10 @@ type Leader struct {
 // backend holding its campaign lock, and the leader's own trust horizon as
 // it uses it — a candidate taking over waits for the longer of its own
 // Grace and the holder's (see the package doc). Durations are Go duration
-// strings ("1.2s"), exact.
+// strings ("1.2s"), exact. A lease-only leader records Campaign
+// "lease-only", and neither a session nor a Grace: a session-mode taker
+// then waits for its lease to expire or be released (older versions too,
+// which find no horizon), and terminates no backend for it.
 type meta struct {
 	Identity   string `json:"identity"`
 	SessionPID uint32 `json:"session_pid"`
@@ -138,11 +148,16 @@ type meta struct {
 	Ping       string `json:"ping_interval,omitempty"`
 	TTL        string `json:"ttl,omitempty"`
 	Margin     string `json:"safety_margin,omitempty"`
+	Campaign   string `json:"campaign,omitempty"`
 }
 
 // horizon returns the holder's recorded Grace; false when the row records
-// none (a holder of an older version, or a foreign one).
+// none (a lease-only holder, a holder of an older version, or a foreign
+// one), or records a campaign other than a session-mode one.
 func (m meta) horizon() (time.Duration, bool) {
+	if m.Campaign != "" {
+		return 0, false
+	}
 	g, err := time.ParseDuration(m.Grace)
 	if err != nil || g <= 0 {
 		return 0, false

@@ -38,14 +38,14 @@ select case when
 
 // breakStale terminates the session of a leader whose lease expired (not
 // released: its owner is still set) if that very session still holds the
-// advisory lock and nothing else (see terminateSQL). fresh says whether
+// advisory lock and nothing else (see terminateSQL). A lease-only leader
+// records no session, and none is ever terminated for it. fresh says whether
 // this stale term is seen for the first time, to log a refusal once.
 func (e *Elector) breakStale(ctx context.Context, stale Leader, fresh bool) {
-	if stale.sessionPID == 0 {
-		return
+	if stale.sessionPID == 0 || stale.meta.Campaign != "" {
+		return // no session of its own: a lease-only leader, or not ours
 	}
-	sc := e.cfg.Store.Config()
-	table := pgx.Identifier{sc.Schema, sc.Table}.Sanitize()
+	table := e.leaseTable()
 	classid, objid, objsubid := e.key.LockTag()
 	var terminated bool
 	err := e.cfg.Pool.QueryRow(ctx, fmt.Sprintf(terminateSQL, table),
@@ -68,4 +68,33 @@ func (e *Elector) breakStale(ctx context.Context, stale Leader, fresh bool) {
 				"election", e.cfg.Name, "stale", stale.Identity, "term", stale.Term, "pid", stale.sessionPID)
 		}
 	}
+}
+
+// breakTermSQL breaks one term's lease, and only while the row still shows
+// that term (owner and token): like [lease.Store.Break], it frees the row
+// and bumps the token, so the holder's renewals and guarded writes fail
+// and the next term is higher still. An UPDATE, it waits for transactions
+// the term guards. %s is the lease table.
+const breakTermSQL = `update %s set owner = null, token = token + 1, expires_at = least(expires_at, clock_timestamp())
+	where name = $1 and owner = $2 and token = $3`
+
+// breakTerm breaks the lease of the term held, and reports whether the row
+// still showed it. A session-mode taker breaks a term only once it has
+// outwaited the holder's horizon; and it must not break any other, such
+// as a lease-only candidate's that took the lease meanwhile (it is free
+// to: the lease expired). Store.Break, which breaks whoever holds the
+// lease, would. With an unknown outcome, it broke that term or nothing.
+func (e *Elector) breakTerm(ctx context.Context, held Leader) (bool, error) {
+	tag, err := e.cfg.Pool.Exec(ctx, fmt.Sprintf(breakTermSQL, e.leaseTable()), pgx.QueryExecModeExec, // any pooler
+		e.leaseName, held.owner, held.Term)
+	if err != nil {
+		return false, fmt.Errorf("leader: campaign %q: break the lease of term %d: %w", e.cfg.Name, held.Term, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// leaseTable is the Store's table, quoted.
+func (e *Elector) leaseTable() string {
+	sc := e.cfg.Store.Config()
+	return pgx.Identifier{sc.Schema, sc.Table}.Sanitize()
 }
