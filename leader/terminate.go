@@ -2,9 +2,11 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pglocks/pglocks/lease"
 )
 
 // terminateSQL terminates a stale leader's session in one statement, and
@@ -70,27 +72,22 @@ func (e *Elector) breakStale(ctx context.Context, stale Leader, fresh bool) {
 	}
 }
 
-// breakTermSQL breaks one term's lease, and only while the row still shows
-// that term (owner and token): like [lease.Store.Break], it frees the row
-// and bumps the token, so the holder's renewals and guarded writes fail
-// and the next term is higher still. An UPDATE, it waits for transactions
-// the term guards. %s is the lease table.
-const breakTermSQL = `update %s set owner = null, token = token + 1, expires_at = least(expires_at, clock_timestamp())
-	where name = $1 and owner = $2 and token = $3`
-
 // breakTerm breaks the lease of the term held, and reports whether the row
 // still showed it. A session-mode taker breaks a term only once it has
 // outwaited the holder's horizon; and it must not break any other, such
 // as a lease-only candidate's that took the lease meanwhile (it is free
 // to: the lease expired). Store.Break, which breaks whoever holds the
-// lease, would. With an unknown outcome, it broke that term or nothing.
+// lease, would; Store.BreakToken breaks that term or nothing, also when
+// its outcome is unknown.
 func (e *Elector) breakTerm(ctx context.Context, held Leader) (bool, error) {
-	tag, err := e.cfg.Pool.Exec(ctx, fmt.Sprintf(breakTermSQL, e.leaseTable()), pgx.QueryExecModeExec, // any pooler
-		e.leaseName, held.owner, held.Term)
-	if err != nil {
-		return false, fmt.Errorf("leader: campaign %q: break the lease of term %d: %w", e.cfg.Name, held.Term, err)
+	_, err := e.cfg.Store.BreakToken(ctx, e.leaseName, held.Term)
+	switch {
+	case errors.Is(err, lease.ErrNotHeld):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("leader: campaign %q: %w", e.cfg.Name, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return true, nil
 }
 
 // leaseTable is the Store's table, quoted.

@@ -118,18 +118,47 @@ func (s *Store) IsHeld(ctx context.Context, name string) (bool, error) {
 // token; a name never acquired gives [ErrNotFound]. A serialization
 // failure is retried. ctx bounds the call.
 func (s *Store) Break(ctx context.Context, name string) (int64, error) {
-	if err := s.checkArgs(ctx, name); err != nil {
-		return 0, fmt.Errorf("break lease %q: %w", short(name), err)
-	}
-	var token int64
-	err := retrySerialization(ctx, func() error {
-		return s.pool.QueryRow(ctx, s.q.breakSQL, name, s.q.channel, interestKey(s.q.channel, name)).Scan(&token, nil, nil)
-	})
+	token, err := s.breakRow(ctx, name, s.q.breakSQL)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrNotFound
 	}
 	if err != nil {
 		return 0, fmt.Errorf("break lease %q: %w", short(name), err)
+	}
+	return token, nil
+}
+
+// BreakToken is [Store.Break] for one acquisition: it frees the lease name
+// only while the row still shows the acquisition of that token, held or
+// expired but not released. A taker that decided to break the holder it
+// saw — after waiting out that holder, say — thus never breaks an
+// acquisition made meanwhile by someone else. It returns the new token, or
+// [ErrNotHeld] when the row no longer shows that acquisition (released,
+// broken, taken over, or never there). With an unknown outcome, it broke
+// that acquisition or nothing. ctx bounds the call.
+func (s *Store) BreakToken(ctx context.Context, name string, token int64) (int64, error) {
+	next, err := s.breakRow(ctx, name, s.q.breakTokenSQL, token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ErrNotHeld
+	}
+	if err != nil {
+		return 0, fmt.Errorf("break lease %q token %d: %w", short(name), token, err)
+	}
+	return next, nil
+}
+
+// breakRow runs a break statement and tells this store's own holders.
+func (s *Store) breakRow(ctx context.Context, name, sql string, args ...any) (int64, error) {
+	if err := s.checkArgs(ctx, name); err != nil {
+		return 0, err
+	}
+	var token int64
+	args = append([]any{name, s.q.channel, interestKey(s.q.channel, name)}, args...)
+	err := retrySerialization(ctx, func() error {
+		return s.pool.QueryRow(ctx, sql, args...).Scan(&token, nil, nil)
+	})
+	if err != nil {
+		return 0, err
 	}
 	s.lostUpTo(name, token-1) // this store's own holders, at once
 	s.seen.observe(name, token)

@@ -36,6 +36,7 @@ type queries struct {
 	cleanupSQL                           string
 	assertSQL, guardSQL, resumeSQL       string
 	getSQL, listSQL, isHeldSQL, breakSQL string
+	breakTokenSQL                        string
 }
 
 // micros converts an interval expression to whole microseconds.
@@ -141,10 +142,12 @@ returning expires_at, {TTL}, {LAG}`)
 	q.getSQL = r.Replace(info + `where name = $1`)
 	q.listSQL = r.Replace(info + `where held order by name`)
 	q.isHeldSQL = r.Replace(`select exists (select from {T} where name = $1 and owner is not null and expires_at > now())`)
-	q.breakSQL = r.Replace(`with {DURABLE}
+	brk := `with {DURABLE}
 update {T} set owner = null, token = token + 1, expires_at = least(expires_at, clock_timestamp())
-where name = $1 and exists (select from durable)
-returning token, pg_notify($2, ` + lostPayload + `), ` + notify("$2", "$3::bigint"))
+where name = $1 and exists (select from durable){COND}
+returning token, pg_notify($2, ` + lostPayload + `), ` + notify("$2", "$3::bigint")
+	q.breakSQL = r.Replace(strings.Replace(brk, "{COND}", "", 1))
+	q.breakTokenSQL = r.Replace(strings.Replace(brk, "{COND}", " and token = $4 and owner is not null", 1))
 	return q
 }
 
