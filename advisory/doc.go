@@ -73,8 +73,8 @@
 // lock the session holds (each transaction end scans the session's lock
 // table), so a Locker spreads many locks over its sessions; ten thousand
 // locks on three sessions add about a quarter of a millisecond to each
-// try or unlock. The server's lock table must have room for them too:
-// max_locks_per_transaction × max_connections slots, shared by all.
+// try or unlock. The server's lock table must have room for them too (see
+// "Capacity").
 //
 // Waiting never happens on the server: a pg_advisory_lock that a client
 // cancels by closing its socket stays queued on the server (a "ghost
@@ -142,6 +142,41 @@
 // held and returns the error. Only when pg_locks cannot tell (its query
 // fails, or another holder in this process shares the key on that
 // session) is the session closed.
+//
+// # Capacity
+//
+// Every advisory lock held, by any session, takes an entry in the server's
+// shared lock table, which is sized at server start: PostgreSQL documents
+// room for max_locks_per_transaction × (max_connections +
+// max_prepared_transactions) locks — 6,400 with the defaults (64, 100, 0)
+// — shared by all sessions and all lock kinds (advisory locks, locks on
+// shared catalogs, transaction ids; most table locks of a transaction
+// use per-backend fast-path slots instead). A little more fits in fact:
+// background processes count as connections in the sizing, and the table
+// takes spare shared memory. Measured on PostgreSQL 15, one session took
+// 12,806 advisory locks with the defaults, and 422 with
+// max_locks_per_transaction = 10 and max_connections = 10 (TestLockTableFull;
+// `pglocks doctor` prints the documented figure). Raising
+// max_locks_per_transaction costs shared memory and needs a restart.
+//
+// When the table is full, TryLock, Lock, TryRLock, RLock, Do and the
+// transaction locks fail with an error wrapping [ErrLockTableFull] and the
+// server's error (SQLSTATE 53200, out of shared memory, "You might need to
+// increase max_locks_per_transaction"). Lock and RLock return it at once,
+// without waiting: the server is then failing every client that needs one
+// more lock — table reads and writes, NOTIFY, even new connections — and a
+// silent wait would hide it; call again once locks are released. Nothing
+// was taken, the sessions are not closed, and the locks they hold stay
+// held (the repair after a failed statement reads pg_locks, which needs no
+// entry in the table). A Locker whose unlock cannot send its wake-up
+// NOTIFY still unlocks; the waiter elsewhere polls.
+//
+// The lease and leader packages meet a full table too: a lease statement
+// assigns a transaction id, whose lock needs an entry, so it fails with the
+// same SQLSTATE and is retried as a transient error — an Acquire waits, a
+// kept-alive lease whose renewals keep failing ends at its trust deadline,
+// and a leader steps down then; an Elector's campaign gets ErrLockTableFull
+// from its Locker and retries with its backoff.
 //
 // # Keys and psql
 //
