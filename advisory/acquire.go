@@ -23,6 +23,8 @@ type attempt struct {
 	wait   bool
 
 	waker   chan struct{} // signalled when a holder unlocks the key
+	asked   time.Time     // when a failed try last asked holders to notify
+	woken   bool          // woken by an unlock since it last asked
 	last    error         // why the latest retried attempt failed
 	retried int           // failed attempts retried so far
 	busy    time.Duration // the next delay before polling a busy key
@@ -48,7 +50,8 @@ func (a *attempt) run() (*Lock, error) {
 		if a.wait {
 			a.waker = a.l.addWaker(a.id)
 		}
-		lk, err := a.once()
+		ask := a.wait && a.shouldAsk()
+		lk, err := a.once(ask)
 		if lk != nil {
 			a.dropWaker()
 			return lk, nil
@@ -62,6 +65,9 @@ func (a *attempt) run() (*Lock, error) {
 				a.l.unreserve(a.id, a.shared)
 				return nil, ErrLocked
 			}
+			if ask {
+				a.asked, a.woken = time.Now(), false
+			}
 			delay = jitter(a.busy)
 			a.busy = min(2*a.busy, a.l.cfg.MaxBackoff)
 		case stepRetry:
@@ -74,15 +80,32 @@ func (a *attempt) run() (*Lock, error) {
 	}
 }
 
-// once makes one try on a session: the lock, nil and nil when the key is
-// busy, or why the try failed.
-func (a *attempt) once() (*Lock, error) {
+// askInterval is how often a waiting Lock that was not woken asks the
+// holders again (see shouldAsk).
+const askInterval = 2 * time.Second
+
+// shouldAsk reports whether the next try, if it fails, asks the key's
+// holders by NOTIFY to notify its unlock. Every listener of the channel
+// receives every such event, so a waiter asks only when it may be needed:
+// on its first failed try; on the first after a wake-up (the key was
+// unlocked, so a failed try means a new holder, which has not heard it);
+// and then every askInterval, for a holder that missed it (its listener
+// was down). In between, the holder keeps the request: its unlock
+// notifies. A request that is lost costs latency only: the waiter polls
+// every MaxBackoff at most.
+func (a *attempt) shouldAsk() bool {
+	return a.asked.IsZero() || a.woken || time.Since(a.asked) >= askInterval
+}
+
+// once makes one try on a session, asking holders to notify if ask and it
+// fails: the lock, nil and nil when the key is busy, or why the try failed.
+func (a *attempt) once(ask bool) (*Lock, error) {
 	s, err := a.l.pickSession(a.ctx, a.wait)
 	if err != nil {
 		return nil, err
 	}
 	r := newRequest(opTry, a.key, a.shared)
-	r.want = a.wait
+	r.want = ask
 	ran, err := s.runDirect(a.ctx, r)
 	if !ran {
 		err = s.submit(a.ctx, r)
@@ -110,7 +133,7 @@ func (a *attempt) pause(d time.Duration) error {
 		t := time.NewTimer(d)
 		select {
 		case <-a.waker:
-			a.busy = a.l.cfg.MinBackoff
+			a.busy, a.woken = a.l.cfg.MinBackoff, true
 		case <-t.C:
 		case <-a.ctx.Done():
 		case <-a.l.closing:

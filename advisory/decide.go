@@ -22,7 +22,8 @@ import (
 //     the session is closed only when pg_locks cannot tell.
 //   - A try that did nothing is then judged by its class: Busy waits or
 //     reports ErrLocked, Retry is retried by waiting calls and returned by
-//     tries, Fatal is returned at once.
+//     tries, Fatal is returned at once — except a full lock table, which
+//     is Retry but returned at once, named by ErrLockTableFull.
 
 // verdict is what a session does with a statement's result.
 type verdict uint8
@@ -62,6 +63,11 @@ func decide(err error, wait bool, retried, maxSessions int) step {
 	case err == nil:
 		return stepBusy
 	case errors.As(err, new(errAbandoned)), errors.Is(err, ErrClosed):
+		return stepReturn
+	case outcome.LockTableFull(err):
+		// The server's lock table is full (see ErrLockTableFull): its
+		// class is Retry, but a waiting call returns it rather than spin
+		// silently while every client of the server fails the same way.
 		return stepReturn
 	case errors.Is(err, errSessionDied):
 		// The session ended, freeing whatever it held: nothing is held

@@ -2,9 +2,11 @@ package advisory
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 var (
@@ -37,6 +39,20 @@ var (
 	// with target_session_attrs=read-write.
 	ErrStandby = errors.New("advisory: the server is a standby (pg_is_in_recovery()); its locks would not exclude the primary's clients")
 
+	// ErrLockTableFull is returned (wrapped with the operation, the key and
+	// the server's error, SQLSTATE 53200) by TryLock, Lock, TryRLock,
+	// RLock, Do and the transaction locks when the server's shared lock
+	// table is full: it holds about max_locks_per_transaction ×
+	// (max_connections + max_prepared_transactions) locks of every
+	// session together (see "Capacity" in the package doc). Nothing was
+	// taken, and the Locker's sessions and the locks on them are intact.
+	// Lock and RLock return it at once rather than wait: a full table
+	// fails every client of the server that needs one more lock, and a
+	// wait would hide that. Entries come back as locks are released, so a
+	// later call may succeed; the lasting cure is a larger
+	// max_locks_per_transaction (a server restart) or fewer locks held.
+	ErrLockTableFull = errors.New("advisory: the server's lock table is full (raise max_locks_per_transaction, or hold fewer locks)")
+
 	// ErrTransactionPooling is returned by every session-lock operation of
 	// a [Locker] whose pool reaches PostgreSQL through a pooler in
 	// transaction mode (PgBouncer pool_mode=transaction, RDS Proxy,
@@ -66,5 +82,14 @@ func opErr(op string, key pglocks.Key, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &opError{op: op, key: key, err: err}
+	return &opError{op: op, key: key, err: nameCapacity(err)}
+}
+
+// nameCapacity wraps an error that says the server's lock table is full
+// with [ErrLockTableFull].
+func nameCapacity(err error) error {
+	if outcome.LockTableFull(err) && !errors.Is(err, ErrLockTableFull) {
+		return fmt.Errorf("%w: %w", ErrLockTableFull, err)
+	}
+	return err
 }

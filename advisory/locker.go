@@ -95,7 +95,8 @@ func (l *Locker) TryLock(ctx context.Context, key pglocks.Key) (*Lock, error) {
 // Lock takes the exclusive lock on key, waiting until it is free or ctx
 // ends. It waits through outages and the death of the sessions it tries on,
 // and returns at once on an error that retrying cannot cure (see "When the
-// database is unavailable" in the package doc). Waiting never blocks a session: Lock retries a non-blocking try when
+// database is unavailable" in the package doc) and when the server's lock
+// table is full ([ErrLockTableFull]). Waiting never blocks a session: Lock retries a non-blocking try when
 // a pglocks holder anywhere unlocks the key (LISTEN/NOTIFY), else with
 // jittered backoff from MinBackoff to MaxBackoff (see [Config]), so a lock
 // freed by a crashed holder is picked up too. When ctx ends first, Lock

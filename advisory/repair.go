@@ -60,9 +60,13 @@ func (s *session) holdsKey(key pglocks.Key, shared bool) (bool, error) {
 		mode = "ShareLock"
 	}
 	s.arm()
+	// A session's advisory locks are all in its own database, so pid
+	// alone selects them. No pg_database in the query: a lock on a shared
+	// catalog needs an entry in the server's lock table, which is full
+	// when a try failed with ErrLockTableFull; the pg_locks view's own
+	// lock takes a fast-path slot of the backend.
 	res, err := s.conn.Exec(context.Background(), fmt.Sprintf(`select count(*) from pg_locks
 		where locktype = 'advisory' and pid = pg_backend_pid() and granted and mode = '%s'
-		and database = (select oid from pg_database where datname = current_database())
 		and classid = %d and objid = %d and objsubid = %d`, mode, classid, objid, objsubid)).ReadAll()
 	if err != nil {
 		return false, err

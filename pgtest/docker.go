@@ -129,6 +129,7 @@ func dockerRunOptions(cfg config, hostPort int) *dockertest.RunOptions {
 		"-c", "max_connections=" + strconv.Itoa(cfg.maxConns),
 		"-c", "max_locks_per_transaction=128",
 	}
+	args = append(args, cfg.settingArgs()...)
 	return &dockertest.RunOptions{
 		Repository: repo,
 		Tag:        tag,

@@ -37,7 +37,7 @@ func TestSplitImage(t *testing.T) {
 
 func TestDockerRunOptions(t *testing.T) {
 	t.Parallel()
-	cfg := newConfig([]Option{WithImage("postgres:16-alpine"), WithMaxConnections(321)})
+	cfg := newConfig([]Option{WithImage("postgres:16-alpine"), WithMaxConnections(321), WithSetting("max_locks_per_transaction", "10")})
 	o := dockerRunOptions(cfg, 54321)
 	if o.Repository != "postgres" || o.Tag != "16-alpine" {
 		t.Errorf("image %s:%s", o.Repository, o.Tag)
@@ -51,6 +51,10 @@ func TestDockerRunOptions(t *testing.T) {
 	}
 	if !slices.Contains(o.Cmd, "max_connections=321") || !slices.Contains(o.Cmd, "fsync=off") {
 		t.Errorf("server args %v", o.Cmd)
+	}
+	// A setting comes after the defaults, so that it overrides them.
+	if i := slices.Index(o.Cmd, "max_locks_per_transaction=10"); i < slices.Index(o.Cmd, "max_locks_per_transaction=128") {
+		t.Errorf("server args %v: WithSetting's value does not come after the default", o.Cmd)
 	}
 	// PID 1 must outlive the postmaster, or Restart would end the container.
 	if len(o.Entrypoint) < 3 || !strings.Contains(o.Entrypoint[2], "while :; do docker-entrypoint.sh postgres") {

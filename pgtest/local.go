@@ -114,7 +114,7 @@ func (l *local) allowPartitionSubnet() error {
 
 // baseArgs are the postgres arguments of every throwaway local server.
 func (l *local) baseArgs(cfg config) []string {
-	return []string{
+	return append([]string{
 		"-D", filepath.Join(l.dir, "data"),
 		"-c", "listen_addresses=*",
 		"-c", "unix_socket_directories=" + l.dir,
@@ -124,7 +124,7 @@ func (l *local) baseArgs(cfg config) []string {
 		"-c", "full_page_writes=off",
 		"-c", "shared_buffers=64MB",
 		"-c", "log_min_messages=warning",
-	}
+	}, cfg.settingArgs()...)
 }
 
 // startOnFreePort starts postgres on a free port. A free port can be taken

@@ -24,6 +24,7 @@ type config struct {
 	image    string
 	docker   bool
 	maxConns int
+	settings []string // "name=value", after the defaults
 	// syncStandby makes a Cluster's standby synchronous.
 	syncStandby bool
 	setup       func(ctx context.Context, conn *pgx.Conn) error
@@ -57,6 +58,25 @@ func WithoutDocker() Option { return func(c *config) { c.docker = false } }
 // WithMaxConnections sets max_connections of a throwaway server. Default:
 // [DefaultMaxConnections].
 func WithMaxConnections(n int) Option { return func(c *config) { c.maxConns = n } }
+
+// WithSetting sets a server configuration parameter of a throwaway server
+// (postgres -c name=value), after and over pgtest's own defaults: for
+// example WithSetting("max_locks_per_transaction", "10") for a test of a
+// small lock table. A name or value PostgreSQL refuses makes the server
+// fail to start, with its error. A server given by PGTEST_DSN or
+// [WithDSN] is used as it is: the settings are ignored there.
+func WithSetting(name, value string) Option {
+	return func(c *config) { c.settings = append(c.settings, name+"="+value) }
+}
+
+// settingArgs returns the "-c name=value" arguments of cfg's settings.
+func (c config) settingArgs() []string {
+	var args []string
+	for _, s := range c.settings {
+		args = append(args, "-c", s)
+	}
+	return args
+}
 
 // WithTemplate runs setup once, on the template database that every
 // per-test database is cloned from: migrate a schema there once, and every

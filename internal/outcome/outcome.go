@@ -34,6 +34,8 @@
 //	                                                 transaction rolled back
 //	  53xxx insufficient resources         Retry    too many connections, lock
 //	                                                 table or memory full: may pass
+//	                                                 (a full lock table is also
+//	                                                 named by [LockTableFull])
 //	  57P0x, 08xxx                         Retry    shutdown, startup, connection
 //	  28xxx auth, 3D000 no database,       Fatal    configuration or schema: the
 //	  42xxx undefined object/privilege,              same request fails again
@@ -170,6 +172,20 @@ func Code(code string) Class {
 		return Retry
 	}
 	return Fatal
+}
+
+// LockTableFull reports whether err says that the server's shared lock
+// table is full: SQLSTATE 53200 (out_of_memory) with PostgreSQL's hint to
+// raise max_locks_per_transaction, the error of any statement or
+// connection that needs one more entry in the table (a lock that does not
+// fit in the backend's fast-path slots: advisory locks, locks on shared
+// catalogs, transaction ids). The statement failed and took nothing; its
+// class stays [Retry], since entries are freed as locks are released: what
+// a caller does about a full table is its own decision. Other 53200 errors
+// (a backend out of memory) are not this.
+func LockTableFull(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "53200" && strings.Contains(pe.Hint, "max_locks_per_transaction")
 }
 
 // SQLState returns err's SQLSTATE, or "" when err carries none.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/internal/outcome"
 	"github.com/pglocks/pglocks/pgtest"
@@ -267,5 +268,37 @@ func TestOfWrongPassword(t *testing.T) {
 	}
 	if got := outcome.Of(err); got != outcome.Fatal {
 		t.Errorf("Of = %v, want fatal", got)
+	}
+}
+
+// TestLockTableFull: a real full lock table — on a server with the
+// smallest max_locks_per_transaction — is named by LockTableFull, for a
+// statement and for a new connection, and stays Retry; another 53200 is
+// not a full lock table.
+func TestLockTableFull(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.NewServer(t, pgtest.WithMaxConnections(10),
+		pgtest.WithSetting("max_locks_per_transaction", "10"), pgtest.WithSetting("autovacuum", "off"))
+	db := srv.NewDB(t)
+	e := env{t: t, db: db}
+	filler, conn := e.admin(), e.admin()
+	// Session locks outlive the statement that fails when the table is full.
+	full := exec(e, filler, "select count(pg_advisory_lock(k)) from generate_series(1, 10000000) k")
+	t.Cleanup(func() { _ = exec(e, filler, "select pg_advisory_unlock_all()") })
+	_, dialErr := e.connect(db.DSN)
+	for name, err := range map[string]error{
+		"Filler": full, "Statement": exec(e, conn, "select pg_try_advisory_lock(0)"), "Dial": dialErr,
+	} {
+		if !outcome.LockTableFull(err) || outcome.Of(err) != outcome.Retry {
+			t.Errorf("%s: %v: LockTableFull %t, class %v; want true, retry", name, err, outcome.LockTableFull(err), outcome.Of(err))
+		}
+	}
+	for _, err := range []error{nil, errors.New("out of shared memory"),
+		&pgconn.PgError{Severity: "ERROR", Code: "53200", Message: "out of memory"},
+		&pgconn.PgError{Severity: "ERROR", Code: "53300", Message: "too many connections"},
+	} {
+		if outcome.LockTableFull(err) {
+			t.Errorf("LockTableFull(%v) = true", err)
+		}
 	}
 }
