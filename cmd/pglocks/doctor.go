@@ -91,10 +91,13 @@ func doctor(ctx context.Context, pool *pgxpool.Pool, schema, table string, needs
 		row(s[0], s[1])
 	}
 	row("clock offset (server − client)", fmt.Sprintf("%v ± %v", f.offset.Round(time.Microsecond), (f.rtt/2).Round(time.Microsecond)))
-	why := f.safe()
+	why, notes := f.safe()
 	failed := false
 	for _, feat := range features {
 		verdict := "safe"
+		if n := notes[feat]; n != "" {
+			verdict += ": " + n
+		}
 		if r := why[feat]; r != "" {
 			verdict = "NOT SAFE: " + r
 			if slices.Contains(needs, feat) {

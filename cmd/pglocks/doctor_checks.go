@@ -140,9 +140,10 @@ func (f *findings) readSettings(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// safe says, per feature, whether it is safe here and why not.
-func (f *findings) safe() map[string]string {
-	why := map[string]string{}
+// safe says, per feature, whether it is safe here and why not; notes
+// qualify a feature that is safe.
+func (f *findings) safe() (why, notes map[string]string) {
+	why, notes = map[string]string{}, map[string]string{}
 	add := func(feature, reason string) {
 		if why[feature] == "" {
 			why[feature] = reason
@@ -150,7 +151,7 @@ func (f *findings) safe() map[string]string {
 	}
 	if f.mode == pooler.Transaction {
 		add("session-locks", "transaction pooling: refused (advisory.ErrTransactionPooling)")
-		add("leader", "transaction pooling: the campaign's session lock is refused")
+		notes["leader"] = "lease-only campaign (leader.ModeAuto falls back to it): failover after a crash within the TTL"
 	} else if !f.sessionOK {
 		add("session-locks", "a session lock was not held at the next statement")
 		add("leader", "session locks do not work")
@@ -169,5 +170,5 @@ func (f *findings) safe() map[string]string {
 		add("leases", "missing privilege "+strings.Join(f.privs, ", ")+" on "+f.table)
 		add("leader", "missing privileges on the lease table")
 	}
-	return why
+	return why, notes
 }

@@ -65,15 +65,16 @@ func TestDoctor(t *testing.T) {
 	})
 	t.Run("TransactionBouncer", func(t *testing.T) {
 		_, dsn := db.Bouncer(t, pgtest.PoolTransaction)
-		out, code := doctorRun(t, dsn, "--need=xact-locks,leases")
+		out, code := doctorRun(t, dsn, "--need=xact-locks,leases,leader")
 		if code != 0 {
-			t.Errorf("status %d with --need=xact-locks,leases, want 0", code)
+			t.Errorf("status %d with --need=xact-locks,leases,leader, want 0", code)
 		}
 		wantLine(t, out, "pooler", "transaction mode")
 		wantLine(t, out, "session lock kept", "no")
 		wantLine(t, out, "feature session-locks", "NOT SAFE")
 		wantLine(t, out, "feature listen", "NOT SAFE")
 		wantLine(t, out, "feature leases", "safe")
+		wantLine(t, out, "feature leader", "safe: lease-only campaign")
 		if _, code := doctorRun(t, dsn, "--need=session-locks"); code != 1 {
 			t.Errorf("status %d with --need=session-locks, want 1", code)
 		}
