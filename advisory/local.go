@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"time"
 
 	"github.com/pglocks/pglocks"
 )
@@ -66,6 +67,9 @@ func (l *Locker) reserve(ctx context.Context, id keyID, shared, wait bool) error
 	}
 	ks := l.stateLocked(id)
 	if len(ks.queue) == 0 && !ks.writer && (shared || ks.readers == 0) {
+		if ks.readers == 0 {
+			l.recallAskLocked(id, ks)
+		}
 		if shared {
 			ks.readers++
 		} else {
@@ -209,12 +213,44 @@ func (l *Locker) wakeAll() {
 }
 
 // markContended records that a waiter elsewhere wants id, so that its next
-// unlock notifies. It ignores keys this process does not hold.
+// unlock notifies. For a key this process does not hold, the ask is kept
+// for askInterval: a waiter asks again only that often (see shouldAsk), so
+// a Lock of ours that takes the key meanwhile — the previous holder sent
+// no wake-up (plain SQL, a crash, a holder that had not heard the ask) —
+// still knows that someone waits (see recallAskLocked).
 func (l *Locker) markContended(id keyID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if ks := l.keys[id]; ks != nil && (ks.writer || ks.readers > 0) {
 		ks.contended = true
+		return
+	}
+	now := time.Now()
+	if len(l.asks) >= maxAsks {
+		for k, at := range l.asks {
+			if now.Sub(at) >= askInterval {
+				delete(l.asks, k)
+			}
+		}
+	}
+	if len(l.asks) < maxAsks {
+		l.asks[id] = now
+	}
+}
+
+// maxAsks bounds the asks kept for keys not held here; beyond it, within
+// one askInterval, asks are dropped (a dropped one costs latency only).
+const maxAsks = 4096
+
+// recallAskLocked marks ks contended if a waiter elsewhere asked for id
+// within askInterval. Called as this process starts to hold id.
+func (l *Locker) recallAskLocked(id keyID, ks *keyState) {
+	if at, ok := l.asks[id]; ok {
+		if time.Since(at) < askInterval {
+			ks.contended = true
+		} else {
+			delete(l.asks, id)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
@@ -27,6 +28,7 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	keys     map[keyID]*keyState
+	asks     map[keyID]time.Time // recent asks for keys not held here (see markContended)
 	sessions []*session
 	dialing  int
 	dial     dialState
@@ -66,6 +68,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 		cancel:  cancel,
 		closing: make(chan struct{}),
 		keys:    map[keyID]*keyState{},
+		asks:    map[keyID]time.Time{},
 		changed: make(chan struct{}),
 		ownPIDs: map[uint32]bool{},
 	}

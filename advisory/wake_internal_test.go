@@ -106,3 +106,69 @@ func BenchmarkWakeUp(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-wake/op")
 }
+
+// asked reports whether l keeps a recent ask for key, not held here.
+func (l *Locker) asked(key pglocks.Key) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.asks[idOf(key)]
+	return ok
+}
+
+// TestAskHeardBeforeHolding: a waiter elsewhere asked to be notified while
+// a client that sends no wake-ups (plain SQL) held the key; the Locker
+// that takes the key next knows of the ask at once, so its unlock will
+// notify, instead of leaving the waiter to poll until it asks again (every
+// askInterval).
+func TestAskHeardBeforeHolding(t *testing.T) {
+	t.Parallel()
+	holder, waiter := wakePair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key, warm := pglocks.KeyOf("ask-heard"), pglocks.KeyOf("ask-warm")
+	lk, err := holder.TryLock(ctx, warm) // opens a session, so the listener starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := holder.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Release()
+	if _, err := plain.Exec(ctx, "select pg_advisory_lock($1)", key.Int64()); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := waiter.Lock(ctx, key)
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	for !holder.asked(key) {
+		if ctx.Err() != nil {
+			t.Fatal("the holder-to-be never heard the waiter ask")
+		}
+		<-time.After(time.Millisecond)
+	}
+	if _, err := plain.Exec(ctx, "select pg_advisory_unlock($1)", key.Int64()); err != nil {
+		t.Fatal(err)
+	}
+	lk, err = holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("the holder-to-be's try right after the plain unlock: %v (the waiter polls every second or more)", err)
+	}
+	if !holder.contended(key) {
+		t.Error("the new holder does not know that a waiter asked: its unlock would not notify")
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
