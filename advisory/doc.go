@@ -87,7 +87,12 @@
 // round trip, so an uncontended unlock costs no NOTIFY. A waiter asks on
 // its first failed try, on the first after a wake-up (a new holder has not
 // heard it) and every 2 s, not on every poll: a lost request costs only
-// latency, up to MaxBackoff.
+// latency, up to MaxBackoff. A locker keeps, for 2 s, the asks it hears
+// for keys it does not hold, so that a Lock of its that takes such a key
+// from a client that sends no wake-up (plain SQL, a crashed process)
+// still notifies (TestAskHeardBeforeHolding). An unlock notifies only when
+// it frees the key: not while another Lock of the locker still holds it
+// on the same session (TestSharedUnlockOnFullTable).
 //
 // Every Locker's listener receives every event on the channel, for every
 // key, and each event is a commit that wakes every listening backend:
@@ -98,7 +103,9 @@
 // all, more than the try or unlock that sent it. When waiters asked on
 // every poll, the waiting alone saturated the server at about 1,050
 // events/s and handing the 1,000 keys over took 40 s; asking sparingly,
-// waiting sends one event per waiter and the hand-over takes 9 s, 3.8
+// the first second of waiting sends one event per waiter (a longer wait,
+// one more every 2 s: 1,000 waiters, 500 events/s) and the hand-over
+// takes 9 s, 3.8
 // events per unlock, still most of its CPU in the listeners. Many Lockers
 // waiting on many keys is the case to avoid: share one Locker per process,
 // or give groups of Lockers that share no keys their own Config.Channel

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // Statements run at the protocol level (Bind, Execute, Sync, then messages
@@ -127,9 +129,7 @@ func (s *session) do(ctx context.Context, r *request) (handedOff bool, err error
 		}
 		kind = stmtTry
 	case opUnlock:
-		if s.l.isContended(r.key) {
-			kind = stmtUnlockNotify
-		}
+		kind = s.unlockStmt(r.key, r.shared)
 	}
 	var rep reply
 	err = s.send(s.stmtArgs(kind, r.key, r.shared, r.want))
@@ -185,16 +185,15 @@ func (s *session) complete(r *request, rep *reply, err error) error {
 
 // undo unlocks lk at once, for a caller that did not wait for it.
 func (s *session) undo(lk *Lock) error {
-	kind := stmtUnlock
-	if s.l.isContended(lk.key) {
-		kind = stmtUnlockNotify
-	}
 	var rep reply
-	err := s.send(s.stmtArgs(kind, lk.key, lk.shared, false))
+	err := s.send(s.stmtArgs(s.unlockStmt(lk.key, lk.shared), lk.key, lk.shared, false))
 	if err == nil {
 		err = s.recv(context.Background(), &rep)
 	}
 	if err == nil && rep.pgErr != nil {
+		if s.unlockedAnyway(lk, rep.pgErr) {
+			return nil
+		}
 		err = rep.pgErr
 	}
 	if err != nil {
@@ -206,6 +205,35 @@ func (s *session) undo(lk *Lock) error {
 	}
 	_ = s.released(lk, rep.ok)
 	return nil
+}
+
+// unlockStmt is the statement that unlocks key on s: with the wake-up
+// NOTIFY when a waiter elsewhere asked for it and this is the session's
+// last Lock of the key in that mode — an unlock that leaves the key held
+// wakes nobody. An unlock needs no entry in the server's lock table, a
+// NOTIFY's commit does: on a full table a NOTIFY sent for nothing would
+// fail the statement (53200) and leave the session's locks to be counted.
+func (s *session) unlockStmt(key pglocks.Key, shared bool) stmtKind {
+	if s.l.isContended(key) && s.l.countOn(s, key, shared) == 1 {
+		return stmtUnlockNotify
+	}
+	return stmtUnlock
+}
+
+// unlockedAnyway reports, after an unlock of lk failed with cause on a
+// full lock table (the NOTIFY's commit found no entry; the unlock itself
+// needs none and is not undone by the abort), whether pg_locks shows the
+// key free on this session — then lk is recorded as unlocked.
+func (s *session) unlockedAnyway(lk *Lock, cause error) bool {
+	if !outcome.LockTableFull(cause) || s.l.countOn(s, lk.key, lk.shared) != 1 {
+		return false
+	}
+	held, err := s.holdsKey(lk.key, lk.shared)
+	if err != nil || held {
+		return false
+	}
+	_ = s.released(lk, true)
+	return true
 }
 
 // released records that lk was unlocked; ok is what the server answered.
