@@ -46,7 +46,8 @@ type Config struct {
 	// failing over after a crash once the lease expires (within TTL);
 	// [ModeAuto] is ModeSession unless the Locker reports that its pool is
 	// behind a pooler in transaction mode, and then ModeLeaseOnly.
-	// Candidates in different modes may share an election (see the package
+	// Candidates in different modes may share an election once every
+	// session-mode candidate runs a version with Mode (see the package
 	// doc). Default: ModeAuto.
 	Mode Mode
 
@@ -187,9 +188,9 @@ func (c *Config) validate(ping time.Duration) error {
 		return bad("TTL %v is below 100ms", c.TTL)
 	case c.RenewInterval >= c.TTL/2:
 		return bad("RenewInterval %v must be below TTL/2 (TTL is %v)", c.RenewInterval, c.TTL)
-	case c.Grace <= ping+ping/2:
+	case c.Mode != ModeLeaseOnly && c.Grace <= ping+ping/2: // a lease-only campaign has no session
 		return bad("Grace %v must exceed 1.5 × the Locker's PingInterval %v", c.Grace, ping)
-	case c.Grace >= c.TTL:
+	case c.Mode != ModeLeaseOnly && c.Grace >= c.TTL:
 		return bad("Grace %v must be below TTL %v", c.Grace, c.TTL)
 	case ident.Check(c.Channel) != nil:
 		return bad("Channel: %v", ident.Check(c.Channel))

@@ -57,11 +57,20 @@
 // that it is one, and no session and no horizon: a session-mode candidate,
 // which gets the advisory lock at once since the lease-only leader holds
 // none, waits for that lease to be released or to expire (as for a holder
-// of an older version, which records no horizon either), never breaks it
-// early and terminates no backend for it. A lease-only candidate takes a
+// that records no horizon), never breaks it early and terminates no
+// backend for it. A lease-only candidate takes a
 // session-mode leader's lease only once it is released or expired, like
 // any lease. A lease-only leader's term is as safe as a lease (see package
 // lease): it holds no session whose loss could end it sooner.
+//
+// Upgrade every session-mode candidate to a version with lease-only mode
+// (one that knows Config.Mode) before any lease-only candidate joins the
+// election — ModeAuto falls back to lease-only behind transaction
+// pooling. An older session-mode taker breaks whoever holds the lease
+// once it has waited out the holder it first read; if that lease expired
+// during the wait and a lease-only candidate took it, the older taker
+// breaks a live term: two leaders, until the lease-only one's next
+// renewal fails. Between candidates of this version no such break exists.
 //
 // # Why that is safe: the holder's horizon
 //
@@ -81,8 +90,9 @@
 // Only Grace enters the wait: the ping interval is inside it (Grace must
 // exceed 1.5 × PingInterval), and the lease's TTL and margin are honoured
 // by the server, which does not let the lease go before its expiry. A
-// holder that recorded no horizon (a lease-only leader, or an older
-// version) is waited for until its lease expires or is released. The taker
+// holder that recorded no horizon (a lease-only leader, or a version
+// before horizons were recorded) is waited for until its lease expires or
+// is released. The taker
 // breaks only the term whose horizon it waited for — the row must still
 // show that owner and token — so a lease-only candidate that took the
 // lease meanwhile, once it expired, keeps it.
@@ -197,7 +207,8 @@
 //     TTL each candidate uses. Terms strictly increase, across crashes,
 //     takeovers and server restarts (as durable as the lease table's
 //     commits). This holds in elections mixing session-mode and lease-only
-//     candidates too (TestMixedModesNoOverlap).
+//     candidates too (TestMixedModesNoOverlap), if every session-mode
+//     candidate knows lease-only mode (see Lease-only campaign).
 //   - A crashed or killed leader is replaced within about the longer of its
 //     Grace and the taker's (default three advisory ping intervals) plus a
 //     few round trips; a terminated session likewise, or sooner when the

@@ -173,6 +173,13 @@ func TestConfigValidation(t *testing.T) {
 			}
 		})
 	}
+	// A lease-only campaign has no session: Grace, which bounds trust in
+	// one, does not constrain its TTL.
+	e, err := leader.New(leader.Config{Name: "x", Pool: pool, Mode: leader.ModeLeaseOnly, TTL: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("lease-only with TTL 500ms (below the default Grace): %v", err)
+	}
+	_ = e.Close(ctxT(t, 10*time.Second))
 }
 
 func TestSingleCandidate(t *testing.T) {

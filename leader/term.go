@@ -139,8 +139,9 @@ type Leader struct {
 // Grace and the holder's (see the package doc). Durations are Go duration
 // strings ("1.2s"), exact. A lease-only leader records Campaign
 // "lease-only", and neither a session nor a Grace: a session-mode taker
-// then waits for its lease to expire or be released (older versions too,
-// which find no horizon), and terminates no backend for it.
+// then waits for its lease to expire or be released, and terminates no
+// backend for it. Versions without lease-only mode read the Grace only,
+// and break blindly after waiting: see the package doc on mixing them.
 type meta struct {
 	Identity   string `json:"identity"`
 	SessionPID uint32 `json:"session_pid"`
@@ -152,8 +153,8 @@ type meta struct {
 }
 
 // horizon returns the holder's recorded Grace; false when the row records
-// none (a lease-only holder, a holder of an older version, or a foreign
-// one), or records a campaign other than a session-mode one.
+// none (a lease-only holder, a holder of a version before horizons were
+// recorded, or a foreign one), or records a campaign other than a session-mode one.
 func (m meta) horizon() (time.Duration, bool) {
 	if m.Campaign != "" {
 		return 0, false

@@ -77,10 +77,10 @@ func (e *Elector) breakStale(ctx context.Context, stale Leader, fresh bool) {
 // outwaited the holder's horizon; and it must not break any other, such
 // as a lease-only candidate's that took the lease meanwhile (it is free
 // to: the lease expired). Store.Break, which breaks whoever holds the
-// lease, would; Store.BreakToken breaks that term or nothing, also when
+// lease, would; Store.BreakAcquisition breaks that term or nothing, also when
 // its outcome is unknown.
 func (e *Elector) breakTerm(ctx context.Context, held Leader) (bool, error) {
-	_, err := e.cfg.Store.BreakToken(ctx, e.leaseName, held.Term)
+	_, err := e.cfg.Store.BreakAcquisition(ctx, e.leaseName, held.owner, held.Term)
 	switch {
 	case errors.Is(err, lease.ErrNotHeld):
 		return false, nil

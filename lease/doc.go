@@ -62,9 +62,10 @@
 //     the release is retried in the background until the server answers,
 //     for at most min(TTL, 30 s).
 //   - Break is an operator's act: its outcome is reported as it came.
-//     BreakToken is scoped to one acquisition (name and token): with an
+//     BreakAcquisition is scoped to one acquisition (name, owner and
+//     token): with an
 //     unknown outcome it broke that acquisition or nothing, never a later
-//     one (TestBreakToken).
+//     one (TestBreakAcquisition).
 //
 // Ownership changes (acquire, renew, release, break, cleanups) commit with
 // synchronous_commit = on whatever the sessions' setting, so an

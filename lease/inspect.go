@@ -128,21 +128,21 @@ func (s *Store) Break(ctx context.Context, name string) (int64, error) {
 	return token, nil
 }
 
-// BreakToken is [Store.Break] for one acquisition: it frees the lease name
-// only while the row still shows the acquisition of that token, held or
-// expired but not released. A taker that decided to break the holder it
+// BreakAcquisition is [Store.Break] for one acquisition: it frees the
+// lease name only while the row still shows the acquisition of that owner
+// and token, held or expired but not released. A taker that decided to break the holder it
 // saw — after waiting out that holder, say — thus never breaks an
 // acquisition made meanwhile by someone else. It returns the new token, or
 // [ErrNotHeld] when the row no longer shows that acquisition (released,
 // broken, taken over, or never there). With an unknown outcome, it broke
 // that acquisition or nothing. ctx bounds the call.
-func (s *Store) BreakToken(ctx context.Context, name string, token int64) (int64, error) {
-	next, err := s.breakRow(ctx, name, s.q.breakTokenSQL, token)
+func (s *Store) BreakAcquisition(ctx context.Context, name string, owner uuid.UUID, token int64) (int64, error) {
+	next, err := s.breakRow(ctx, name, s.q.breakAcqSQL, pgUUID(owner), token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrNotHeld
 	}
 	if err != nil {
-		return 0, fmt.Errorf("break lease %q token %d: %w", short(name), token, err)
+		return 0, fmt.Errorf("break lease %q token %d of %v: %w", short(name), token, owner, err)
 	}
 	return next, nil
 }

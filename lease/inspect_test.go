@@ -78,11 +78,11 @@ func TestInspect(t *testing.T) {
 	})
 }
 
-// TestBreakToken: a conditional break frees only the acquisition it names.
+// TestBreakAcquisition: a conditional break frees only the acquisition it names.
 // A stale token leaves the current holder alone (ErrNotHeld); the current
 // one is broken — its Lease ends at once, the next token is higher — and
 // a released acquisition is not broken again.
-func TestBreakToken(t *testing.T) {
+func TestBreakAcquisition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := ctxT(t)
@@ -98,26 +98,29 @@ func TestBreakToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, stale := range []int64{first.Token(), l.Token() + 1} {
-		if _, err := b.store.BreakToken(ctx, "bt", stale); !errors.Is(err, lease.ErrNotHeld) {
-			t.Fatalf("BreakToken(%d) with token %d holding: %v, want ErrNotHeld", stale, l.Token(), err)
+		if _, err := b.store.BreakAcquisition(ctx, "bt", l.Owner(), stale); !errors.Is(err, lease.ErrNotHeld) {
+			t.Fatalf("BreakAcquisition(%d) with token %d holding: %v, want ErrNotHeld", stale, l.Token(), err)
 		}
 	}
-	if l.Context().Err() != nil {
-		t.Fatal("a break of another token ended the holder's lease")
+	if _, err := b.store.BreakAcquisition(ctx, "bt", first.Owner(), l.Token()); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("BreakAcquisition with the right token and another owner: %v, want ErrNotHeld", err)
 	}
-	next, err := b.store.BreakToken(ctx, "bt", l.Token())
+	if l.Context().Err() != nil {
+		t.Fatal("a break of another acquisition ended the holder's lease")
+	}
+	next, err := b.store.BreakAcquisition(ctx, "bt", l.Owner(), l.Token())
 	if err != nil || next != l.Token()+1 {
-		t.Fatalf("BreakToken(%d): %d, %v; want %d", l.Token(), next, err, l.Token()+1)
+		t.Fatalf("BreakAcquisition(%d): %d, %v; want %d", l.Token(), next, err, l.Token()+1)
 	}
 	select {
 	case <-l.Lost():
 	case <-ctx.Done():
 		t.Fatal("the broken holder was not told")
 	}
-	if _, err := b.store.BreakToken(ctx, "bt", next); !errors.Is(err, lease.ErrNotHeld) {
-		t.Fatalf("BreakToken of a free row: %v, want ErrNotHeld", err)
+	if _, err := b.store.BreakAcquisition(ctx, "bt", l.Owner(), next); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("BreakAcquisition of a free row: %v, want ErrNotHeld", err)
 	}
-	if _, err := b.store.BreakToken(ctx, "", 1); err == nil {
-		t.Fatal("BreakToken with an empty name: no error")
+	if _, err := b.store.BreakAcquisition(ctx, "", l.Owner(), 1); err == nil {
+		t.Fatal("BreakAcquisition with an empty name: no error")
 	}
 }

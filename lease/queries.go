@@ -36,7 +36,7 @@ type queries struct {
 	cleanupSQL                           string
 	assertSQL, guardSQL, resumeSQL       string
 	getSQL, listSQL, isHeldSQL, breakSQL string
-	breakTokenSQL                        string
+	breakAcqSQL                          string
 }
 
 // micros converts an interval expression to whole microseconds.
@@ -147,7 +147,7 @@ update {T} set owner = null, token = token + 1, expires_at = least(expires_at, c
 where name = $1 and exists (select from durable){COND}
 returning token, pg_notify($2, ` + lostPayload + `), ` + notify("$2", "$3::bigint")
 	q.breakSQL = r.Replace(strings.Replace(brk, "{COND}", "", 1))
-	q.breakTokenSQL = r.Replace(strings.Replace(brk, "{COND}", " and token = $4 and owner is not null", 1))
+	q.breakAcqSQL = r.Replace(strings.Replace(brk, "{COND}", " and owner = $4 and token = $5", 1))
 	return q
 }
 
