@@ -48,8 +48,10 @@ type Held interface {
 // the two pglocks provides.
 type Source interface {
 	// Acquire takes the lock name. Without wait it tries once; with wait
-	// it waits until ctx ends. A lock held elsewhere is an error wrapping
-	// [ErrBusy], best a [*BusyError]; any other error is a failure.
+	// it waits while the lock is held elsewhere, until ctx ends — an error
+	// that waiting cannot cure (advisory.ErrLockTableFull, say) returns at
+	// once. A lock held elsewhere is an error wrapping [ErrBusy], best a
+	// [*BusyError]; any other error is a failure.
 	Acquire(ctx context.Context, name string, wait bool) (Held, error)
 }
 
