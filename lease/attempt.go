@@ -19,6 +19,23 @@ const settleMax = 30 * time.Second
 // run on the server.
 var errUnknown = errors.New("outcome unknown")
 
+// ackedLate makes a success that arrived after ctx ended an unknown
+// outcome, for statements that grant or extend trust (acquire, renew,
+// resume). With pgx's CancelRequestContextWatcherHandler an ended ctx sends
+// the server a cancel; a cancel that finds the commit waiting for a
+// synchronous standby ends the wait with a WARNING and reports success,
+// although the standby may not have the commit, and a failover then loses
+// it (TestSyncCancelledCommit). pgx's default handler closes the socket
+// instead, which ends in an error. A statement cancelled any other way
+// (statement_timeout, pg_cancel_backend) cannot be told apart: see the
+// package doc, Failover.
+func ackedLate(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: the reply came after the context ended (%w): the commit may have been cut short before a synchronous standby had it", errUnknown, ctx.Err())
+}
+
 // try runs the acquire statement once per attempt, each with a fresh
 // attempt id recorded in the row. In a narrow race — the row changed
 // between the statement's snapshot and its update, so that it neither
@@ -46,6 +63,9 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg)
 		inFlight := c.Conn().IsClosed() // the server may still be running it
 		c.Release()
+		if err == nil && r.acquired {
+			err = ackedLate(ctx)
+		}
 		switch {
 		case err != nil && serialization(err):
 			if werr := bo.Wait(ctx); werr != nil {

@@ -135,7 +135,24 @@
 // (synchronous_standby_names set, synchronous_commit on or higher, which
 // every ownership change asks for), a failover loses no acknowledged
 // acquisition and hands out no token twice, acquisitions in flight at the
-// crash included (TestFailoverSync). With an asynchronous standby, the
+// crash included (TestFailoverSync).
+//
+// A commit waiting for the synchronous standby can be cut short: when its
+// session is terminated it stays committed on the primary alone, visible,
+// and a promotion loses it (TestSyncCommitCutShort); when its query is
+// cancelled, PostgreSQL even reports success, with a WARNING. A Store
+// therefore trusts no acquisition, renewal or resume whose success came
+// after the caller's ctx ended — pgx's CancelRequestContextWatcherHandler
+// cancels exactly then — and treats it as an unknown outcome
+// (TestSyncCancelledCommit). A cancel it cannot see — statement_timeout
+// expiring in the wait, pg_cancel_backend — is acknowledged as success and
+// can be lost: do not set statement_timeout on the Store's pool below the
+// time a standby may take to confirm, and do not cancel its sessions. What
+// a plain read returns — Get, List, IsHeld, Assert, a HeldError — may be
+// such a commit, taken back by the promotion; only Guard's locking read,
+// and what a Lease trusts, waits for the standby.
+//
+// With an asynchronous standby, the
 // commits it had not received are lost, and the new primary's counter is
 // behind the tokens already handed out.
 //

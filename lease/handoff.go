@@ -127,6 +127,9 @@ func (s *Store) resume(ctx context.Context, h Handle, opts []Option) (*Lease, er
 		sent = s.cfg.Now()
 		return noRows(s.pool.QueryRow(ctx, s.q.resumeSQL, h.Name, pgUUID(h.Owner), h.Token).Scan(&exp, &ttlUS, &lag))
 	})
+	if err == nil {
+		err = ackedLate(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}

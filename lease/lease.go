@@ -212,6 +212,9 @@ func (l *Lease) renew(ctx context.Context) (err error) {
 		l.notHeld("renew")
 		return ErrNotHeld
 	}
+	if err == nil {
+		err = ackedLate(ctx)
+	}
 	if err != nil {
 		return err
 	}

@@ -216,6 +216,9 @@ func (r *renewer) renewBatch(ctx context.Context, es []entry, now time.Time) {
 		}
 		return rows.Err()
 	})
+	if err == nil {
+		err = ackedLate(sctx)
+	}
 	for _, l := range ls { // not under r.mu: l.mu comes first
 		res, ok := got[leaseKey{l.name, l.token}]
 		switch {

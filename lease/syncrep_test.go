@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
@@ -152,4 +154,64 @@ func TestSyncCutShortAcquisition(t *testing.T) {
 		t.Fatalf("acquire after the refusal: %v (token above %d wanted)", err, held.Token)
 	}
 	t.Logf("cut-short token %d, seen in a HeldError, refused when reissued; next token %d", held.Token, l.Token())
+}
+
+// TestSyncCancelledCommit pins the other way a commit is cut short, and
+// the Store's answer to it. A query cancel (pgx's
+// CancelRequestContextWatcherHandler sends one when ctx ends) that finds
+// the commit waiting for the synchronous standby ends the wait with a
+// WARNING and reports success — although the standby never got the commit,
+// and a promotion loses it. So the Store trusts no acquisition or renewal
+// whose success arrived after its ctx ended: TryAcquire returns an unknown
+// outcome (and cleans up), Renew extends nothing.
+func TestSyncCancelledCommit(t *testing.T) {
+	t.Parallel()
+	c, db, _ := newCluster(t, pgtest.WithSynchronousStandby())
+	pool := db.NewPool(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: time.Minute}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := newStore(t, pool, lease.Config{})
+	held, err := s.TryAcquire(ctx, "renewed", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "create table cancelled (v int); insert into cancelled values (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PauseReplication(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 300*time.Millisecond) }
+
+	sctx, scancel := short()
+	_, err = pool.Exec(sctx, "update cancelled set v = 2")
+	scancel()
+	if err != nil {
+		t.Fatalf("a plain update cancelled in the wait: %v; PostgreSQL acknowledges it", err)
+	}
+	sctx, scancel = short()
+	l, err := s.TryAcquire(sctx, "cancelled", time.Minute)
+	scancel()
+	if err == nil {
+		t.Fatalf("TryAcquire acknowledged token %d after its ctx ended: a promotion may lose it", l.Token())
+	}
+	before := held.TrustedUntil()
+	sctx, scancel = short()
+	err = held.Renew(sctx)
+	scancel()
+	if err == nil || held.TrustedUntil().After(before) {
+		t.Fatalf("Renew acknowledged after its ctx ended (%v): trust moved from %v to %v", err, before, held.TrustedUntil())
+	}
+	if _, err := c.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := db.NewPool(t).QueryRow(ctx, "select v from cancelled").Scan(&v); err != nil || v != 1 {
+		t.Fatalf("after the promotion: v = %d, %v; want 1 (the acknowledged update lost)", v, err)
+	}
+	t.Logf("renew acknowledged after ctx ended: %v", err)
 }
