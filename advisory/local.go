@@ -226,7 +226,8 @@ func (l *Locker) markContended(id keyID) {
 		return
 	}
 	now := time.Now()
-	if len(l.asks) >= maxAsks {
+	if len(l.asks) >= maxAsks && now.Sub(l.asksPruned) >= askInterval {
+		l.asksPruned = now // at most one sweep per askInterval
 		for k, at := range l.asks {
 			if now.Sub(at) >= askInterval {
 				delete(l.asks, k)

@@ -25,17 +25,18 @@ type Locker struct {
 	closing chan struct{}
 	wg      sync.WaitGroup
 
-	mu       sync.Mutex
-	closed   bool
-	keys     map[keyID]*keyState
-	asks     map[keyID]time.Time // recent asks for keys not held here (see markContended)
-	sessions []*session
-	dialing  int
-	dial     dialState
-	changed  chan struct{} // closed and replaced when sessions change or a dial ends
-	listens  bool          // the listener was started
-	ownPIDs  map[uint32]bool
-	closeErr error
+	mu         sync.Mutex
+	closed     bool
+	keys       map[keyID]*keyState
+	asks       map[keyID]time.Time // recent asks for keys not held here (see markContended)
+	asksPruned time.Time           // the last sweep of asks
+	sessions   []*session
+	dialing    int
+	dial       dialState
+	changed    chan struct{} // closed and replaced when sessions change or a dial ends
+	listens    bool          // the listener was started
+	ownPIDs    map[uint32]bool
+	closeErr   error
 
 	closeOnce sync.Once
 }

@@ -42,7 +42,13 @@ func (r report) String() string {
 // check runs every oracle over the finished run.
 func check(c *cluster, rc runConfig) report {
 	if d := os.Getenv("CHAOS_DUMP"); d != "" {
-		_ = exec.Command("cp", "-r", c.dir, d).Run()
+		// One directory per run: CHAOS_DUMP/TestName.
+		to := filepath.Join(d, strings.ReplaceAll(c.t.Name(), "/", "_"))
+		if out, err := exec.Command("sh", "-c", `rm -rf "$2" && mkdir -p "$(dirname "$2")" && cp -r "$1" "$2"`, "sh", c.dir, to).CombinedOutput(); err != nil {
+			c.t.Errorf("CHAOS_DUMP: %v: %s", err, out)
+		} else {
+			c.t.Logf("history saved in %s (CHAOS_CHECK=%s go test -run TestCheckDump ./chaos/)", to, to)
+		}
 	}
 	r := analyse(c.history())
 	r.violations = append(r.violations, c.afterRun(rc)...)

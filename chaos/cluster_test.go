@@ -237,7 +237,8 @@ func (c *cluster) cutShort(ctx context.Context) error {
 	for end := time.Now().Add(time.Second); time.Now().Before(end); pause(ctx, 20*time.Millisecond) {
 		pids, err := c.syncWaiters(ctx)
 		if err != nil {
-			return err
+			// Leave no commit waiting for a standby that will not answer.
+			return errors.Join(err, c.ha.ResumeReplication(ctx))
 		}
 		for _, pid := range pids {
 			// Gone already (its process killed, say): nothing to cut short.

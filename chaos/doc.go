@@ -37,8 +37,10 @@
 // standby like a write's. TestCheckerReportsCutShortRead checks a
 // history recorded with plain reads (opt-in TestCutShortPlainReads,
 // CHAOS_PLAIN_READS=1), in which a read saw a value that the promotion
-// then lost, and asserts that the checker reports it. CHAOS_CHECK=dir
-// re-checks a history saved with CHAOS_DUMP=dir (TestCheckDump).
+// then lost, and asserts that the checker reports it. CHAOS_DUMP=dir
+// saves each run's history in dir/<test name>; CHAOS_CHECK=dir/<test name>
+// re-checks one (TestCheckDump; the history oracles, not the final
+// counter and leftover checks, which need the run's server).
 //
 // The oracles:
 //

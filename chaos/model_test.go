@@ -173,7 +173,7 @@ func describeIllegal(info porcupine.LinearizationInfo, ops []porcupine.Operation
 		if pi >= len(parts) || len(part) == 0 || len(part[0]) >= len(parts[pi]) {
 			continue // this name's history is linearizable
 		}
-		lin := part[0]
+		lin := slices.MaxFunc(part, func(a, b []porcupine.Operation) int { return len(a) - len(b) })
 		placed := map[[2]int64]bool{}
 		for _, op := range lin {
 			placed[[2]int64{int64(op.ClientId), op.Call}] = true
