@@ -114,6 +114,91 @@ func BenchmarkVsFloor(b *testing.B) {
 	b.ReportMetric(float64(ours)/float64(floor), "ours/select1")
 }
 
+// BenchmarkTryThroughput compares, at 8, 32 and 64 goroutines each on a
+// key of its own, TryLock+Unlock (Try) with the raw pair a user would
+// write instead (Raw): pg_try_advisory_lock and pg_advisory_unlock on a
+// connection taken from a pool of as many connections as goroutines. The
+// two are sub-benchmarks side by side: run them with -count and compare
+// them with benchstat; pairs/s is pairs per second.
+func BenchmarkTryThroughput(b *testing.B) {
+	for _, g := range []int{8, 32, 64} {
+		for _, raw := range []bool{true, false} {
+			kind := "Try"
+			if raw {
+				kind = "Raw"
+			}
+			b.Run(fmt.Sprintf("%s/G%d", kind, g), func(b *testing.B) {
+				l, _, _ := benchLocker(b, advisory.Config{})
+				var pool *pgxpool.Pool
+				if raw {
+					pool = pgtest.New(b).NewPool(b, func(c *pgxpool.Config) { c.MaxConns, c.MinConns = int32(g), int32(g) })
+					// pgxpool opens its connections in the background: not
+					// while the clock runs.
+					waitFor(b, "the pool's connections", time.Minute, func() bool { return pool.Stat().TotalConns() >= int32(g) })
+				}
+				pair := func(ctx context.Context, i int) error {
+					if raw {
+						return rawTryUnlock(ctx, pool, int64(i))
+					}
+					lk, err := l.TryLock(ctx, pglocks.Int64Key(int64(i)))
+					if err != nil {
+						return err
+					}
+					return lk.Unlock(ctx)
+				}
+				if err := pair(context.Background(), 0); err != nil { // open the locker's session
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.N)/runPairs(b, g, pair).Seconds(), "pairs/s")
+			})
+		}
+	}
+}
+
+// runPairs runs b.N calls of pair from g goroutines, goroutine i passing
+// i, and returns how long they took.
+func runPairs(b *testing.B, g int, pair func(context.Context, int) error) time.Duration {
+	ctx := context.Background()
+	work := make(chan struct{}, 1024)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for i := range g {
+		wg.Go(func() {
+			for range work {
+				if err := pair(ctx, i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for range b.N {
+		work <- struct{}{}
+	}
+	close(work)
+	wg.Wait()
+	return time.Since(start)
+}
+
+// rawTryUnlock is pg_try_advisory_lock and pg_advisory_unlock of key on
+// one connection of pool, as a hand-written session lock runs them.
+func rawTryUnlock(ctx context.Context, pool *pgxpool.Pool, key int64) error {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	var ok bool
+	if err := c.QueryRow(ctx, "select pg_try_advisory_lock($1)", key).Scan(&ok); err != nil || !ok {
+		return fmt.Errorf("raw try: %v %w", ok, err)
+	}
+	if err := c.QueryRow(ctx, "select pg_advisory_unlock($1)", key).Scan(&ok); err != nil || !ok {
+		return fmt.Errorf("raw unlock: %v %w", ok, err)
+	}
+	return nil
+}
+
 // BenchmarkThroughput runs Lock+Unlock from many goroutines, on distinct
 // keys and on one hot key; acq/s is acquisitions per second.
 func BenchmarkThroughput(b *testing.B) {

@@ -37,10 +37,12 @@ func ackedLate(ctx context.Context) error {
 }
 
 // try runs the acquire statement once per attempt, each with a fresh
-// attempt id recorded in the row. In a narrow race — the row changed
+// attempt id recorded in the row: retakeSQL for a name of which the store
+// has seen a token (its row exists), else acquireSQL, which inserts a
+// missing row. In a narrow race — the row changed
 // between the statement's snapshot and its update, so that it neither
 // acquired nor saw a holder — or after a serialization failure, it runs it
-// again. If an attempt's outcome is unknown, the attempt is cleaned up in
+// again (acquireSQL after a retake that found no row). If an attempt's outcome is unknown, the attempt is cleaned up in
 // the background by its id (see cleanup), which cannot free any other
 // acquisition, and try returns at once: ctx is honoured.
 func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o options) (*Lease, error) {
@@ -49,6 +51,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 	}
 	defer s.exit()
 	bo := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
+	full := false // a retake found no row: insert it
 	for range 100 {
 		attempt, err := uuid.NewRandom()
 		if err != nil {
@@ -60,7 +63,8 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		}
 		pid := c.Conn().PgConn().PID()
 		sent, seen := s.cfg.Now(), s.seen.get(name)
-		r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg)
+		retake := seen > 0 && !full // a token was seen: the row exists
+		r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg, retake)
 		inFlight := c.Conn().IsClosed() // the server may still be running it
 		c.Release()
 		if err == nil && r.acquired {
@@ -92,6 +96,8 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		case r.held:
 			s.seen.observe(name, r.token)
 			return nil, &HeldError{Name: name, Owner: r.owner, Token: r.token, ExpiresIn: r.expiresIn}
+		case retake:
+			full = true // no row (deleted?), or the narrow race: the full statement settles both
 		}
 	}
 	return nil, errors.New("lease: the row kept changing during 100 tries")

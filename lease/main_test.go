@@ -125,8 +125,9 @@ func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 	return ctx
 }
 
-// isAcquire reports whether sql is the store's acquire statement.
-func isAcquire(sql string) bool { return strings.Contains(sql, "cur as (") }
+// isAcquire reports whether sql is one of the store's acquire statements
+// (the full one or the retake).
+func isAcquire(sql string) bool { return strings.Contains(sql, "upd as (") }
 
 func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
