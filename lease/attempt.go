@@ -39,12 +39,13 @@ func ackedLate(ctx context.Context) error {
 // try runs the acquire statement once per attempt, each with a fresh
 // attempt id recorded in the row: retakeSQL for a name of which the store
 // has seen a token (its row exists), else acquireSQL, which inserts a
-// missing row. In a narrow race — the row changed
-// between the statement's snapshot and its update, so that it neither
-// acquired nor saw a holder — or after a serialization failure, it runs it
-// again (acquireSQL after a retake that found no row). If an attempt's outcome is unknown, the attempt is cleaned up in
-// the background by its id (see cleanup), which cannot free any other
-// acquisition, and try returns at once: ctx is honoured.
+// missing row. In a narrow race — the row changed between the statement's
+// snapshot and its update, so that it neither acquired nor saw a holder —
+// or after a serialization failure, it runs it again (acquireSQL after a
+// retake that found no row). If an attempt's outcome is unknown, the
+// attempt is cleaned up in the background by its id (see cleanup), which
+// cannot free any other acquisition, and try returns at once: ctx is
+// honoured.
 func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o options) (*Lease, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
