@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -164,7 +165,7 @@ func TestFailedTryWritesNothing(t *testing.T) {
 	s := newStore(t, pool, lease.Config{})
 	mustTry(t, b.store, "busy", time.Minute)
 	var xmin, xmax string
-	if err := b.pool.QueryRow(ctx, "select xmin::text, xmax::text from pglocks_leases where name = 'busy'").Scan(&xmin, &xmax); err != nil {
+	if err := b.pool.QueryRow(ctx, "select xmin::text, xmax::text from pglocks_leases where name = 'busy'", pgx.QueryExecModeExec).Scan(&xmin, &xmax); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.TryAcquire(ctx, "busy", time.Minute); !errors.Is(err, lease.ErrHeld) {

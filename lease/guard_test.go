@@ -23,7 +23,10 @@ func guardedIncrement(ctx context.Context, pool *pgxpool.Pool, l *lease.Lease) e
 		if err := l.Guard(ctx, tx); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, "update counter set n = n + 1, last_token = $1 where last_token < $1", l.Token())
+		// QueryExecModeExec: the pool may be behind a transaction-mode
+		// pooler, where a statement prepared in an earlier transaction may
+		// be on another server session.
+		tag, err := tx.Exec(ctx, "update counter set n = n + 1, last_token = $1 where last_token < $1", pgx.QueryExecModeExec, l.Token())
 		if err != nil {
 			return err
 		}
@@ -60,7 +63,7 @@ func TestGuardStaleHolder(t *testing.T) {
 		t.Fatalf("guarded write after Break: %v, want ErrNotHeld", err)
 	}
 	var n int
-	if err := b.pool.QueryRow(ctx, "select n from counter").Scan(&n); err != nil || n != 1 {
+	if err := b.pool.QueryRow(ctx, "select n from counter", pgx.QueryExecModeExec).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("counter = %d, %v; want 1", n, err)
 	}
 }
@@ -223,7 +226,7 @@ func TestGuardedCounterStress(t *testing.T) {
 	}
 	wg.Wait()
 	var n, last int64
-	if err := b.pool.QueryRow(ctx, "select n, last_token from counter").Scan(&n, &last); err != nil {
+	if err := b.pool.QueryRow(ctx, "select n, last_token from counter", pgx.QueryExecModeExec).Scan(&n, &last); err != nil {
 		t.Fatal(err)
 	}
 	info, err := s.Get(ctx, "hot")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/lease"
 )
@@ -188,7 +189,7 @@ func TestReleaseRacesKeepAlive(t *testing.T) {
 		wg.Wait()
 	}
 	var owned int
-	if err := b.pool.QueryRow(ctx, "select count(*) from pglocks_leases where owner is not null and expires_at > now()").Scan(&owned); err != nil {
+	if err := b.pool.QueryRow(ctx, "select count(*) from pglocks_leases where owner is not null and expires_at > now()", pgx.QueryExecModeExec).Scan(&owned); err != nil {
 		t.Fatal(err)
 	}
 	if owned != 0 {

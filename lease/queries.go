@@ -49,10 +49,10 @@ const infoColumns = `name, owner, token, ttl_us, acquired_at, renewed_at, expire
 
 // syncCommit is an expression that makes its statement's commit
 // synchronous when the session's setting would not flush it (off, local),
-// and does nothing otherwise. The acquire statement evaluates it in the
-// RETURNING of its UPDATE and INSERT, so only for a row it changed: a
-// failed try, which writes nothing and has no commit record to flush, does
-// not pay for it.
+// and does nothing otherwise. The acquire and release statements evaluate
+// it in the RETURNING of their UPDATE (and INSERT), so only for a row they
+// changed: a failed try, which writes nothing and has no commit record to
+// flush, does not pay for it.
 const syncCommit = `case when current_setting('synchronous_commit') in ('off', 'local')
 	then set_config('synchronous_commit', 'on', true) end`
 
@@ -194,25 +194,34 @@ where owner is not null and expires_at > clock_timestamp()`
 // a token of it): the same conditional UPDATE and the holder from the
 // snapshot, without the INSERT and the extra read of the row it needs:
 // less server time per acquisition, which bounds throughput (see
-// BenchmarkThroughput). A takeover of an expired row tells its
-// old holder from the SET list, which sees the row version the UPDATE
-// replaces (RETURNING sees only the new one): CASE evaluates pg_notify only
-// when that version had an owner, and every branch sets the attempt id. A
-// name without a row returns no row at all: the caller runs acquireSQL.
-// The holder is read only when the UPDATE took nothing (a one-time
-// filter), so an acquisition reads the row once.
+// BenchmarkThroughput). A name without a row returns no row at all: the
+// caller runs acquireSQL. The holder is read only when the UPDATE took
+// nothing (a one-time filter), so an acquisition reads the row once.
+//
+// A takeover of an expired row tells its old holder. RETURNING sees only
+// the new row version, so the SET list notes the replaced version's token
+// when it had an owner (in a transaction-local setting; every CASE branch
+// sets the attempt id), and the outer select, over the rows the UPDATE
+// really changed, sends the notice when the noted token is the one just
+// replaced. The SET list may run on a version the UPDATE then does not
+// replace — under READ COMMITTED it is computed on the snapshot's version
+// before the row lock is taken, and again on the newest one — so it must
+// not notify itself: a retake that took nothing would tell a live holder
+// that its lease is over (TestRetakeThatTakesNothingSendsNoLoss).
 const retakeSQL = `with upd as (
 	update {T} as l set owner = $2::uuid, token = l.token + 1, ttl = $3::bigint * interval '1 microsecond',
-		attempt = case when l.owner is null then $7::uuid
-			when concat(pg_notify($8::text, 'l' || l.token || ':' || l.name)) is not null then $7::uuid
-			else $7::uuid end,
+		attempt = case when l.owner is not null and set_config('pglocks.taken', l.token::text, true) is not null
+			then $7::uuid else $7::uuid end,
 		acquired_at = clock_timestamp(), renewed_at = clock_timestamp(),
 		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
 		hostname = $4::text, pid = $5::int, metadata = $6::jsonb
 	where l.name = $1::text and (l.owner is null or l.expires_at <= clock_timestamp())
 	returning l.token, l.expires_at, l.ttl, {SYNC}
 )
-select true, null::uuid, token, expires_at, {LAG}, 0 from upd
+select true, null::uuid, token, expires_at, {LAG},
+	case when current_setting('pglocks.taken', true) = (token - 1)::text
+	then (select 0 from pg_notify($8::text, 'l' || (token - 1) || ':' || $1::text)) else 0 end
+from upd
 union all
 select false, owner, token, expires_at, {LEFT}, 0 from {T}
 where name = $1::text and owner is not null and expires_at > clock_timestamp() and not exists (select from upd)`
