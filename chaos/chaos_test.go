@@ -169,6 +169,13 @@ func run(t *testing.T, workload string, o runOpts) report {
 	}
 	t.Parallel()
 	rc := configFromEnv(t)
+	if o.stopOnViolation {
+		// A planted bug shows up by chance (a fault at the right moment):
+		// such a run goes on until it does, within a longer bound, rather
+		// than stop at the default size (a run under a CPU hog once made
+		// too few operations to meet it).
+		rc.ops, rc.maxTime = max(rc.ops, 20000), max(rc.maxTime, 120*time.Second)
+	}
 	var db *pgtest.DB
 	var ha *pgtest.Cluster
 	if o.promote {
