@@ -126,12 +126,31 @@ func TestAskHeardBeforeHolding(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key, warm := pglocks.KeyOf("ask-heard"), pglocks.KeyOf("ask-warm")
-	lk, err := holder.TryLock(ctx, warm) // opens a session, so the listener starts
-	if err != nil {
-		t.Fatal(err)
+	// Open a session on each, so that both listeners start, and wait until
+	// both LISTEN: a listener that connects wakes every waiter of its
+	// locker, which would let the waiter win the race below.
+	for _, l := range []*Locker{holder, waiter} {
+		lk, err := l.TryLock(ctx, warm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := lk.Unlock(ctx); err != nil {
-		t.Fatal(err)
+	for {
+		var n int
+		if err := holder.pool.QueryRow(ctx, `select count(*) from pg_stat_activity
+			where datname = current_database() and query ilike 'listen%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= 2 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the lockers' listeners never LISTENed")
+		}
+		<-time.After(time.Millisecond)
 	}
 	plain, err := holder.pool.Acquire(ctx)
 	if err != nil {
@@ -158,7 +177,7 @@ func TestAskHeardBeforeHolding(t *testing.T) {
 	if _, err := plain.Exec(ctx, "select pg_advisory_unlock($1)", key.Int64()); err != nil {
 		t.Fatal(err)
 	}
-	lk, err = holder.TryLock(ctx, key)
+	lk, err := holder.TryLock(ctx, key)
 	if err != nil {
 		t.Fatalf("the holder-to-be's try right after the plain unlock: %v (the waiter polls every second or more)", err)
 	}
