@@ -206,34 +206,17 @@ func BenchmarkThroughput(b *testing.B) {
 		for _, g := range []int{8, 32, 64} {
 			b.Run(fmt.Sprintf("%s/G%d", keys, g), func(b *testing.B) {
 				l, _, _ := benchLocker(b, advisory.Config{})
-				ctx := context.Background()
-				work := make(chan struct{}, 1024)
-				var wg sync.WaitGroup
-				b.ResetTimer()
-				for i := range g {
+				runPairs(b, g, func(ctx context.Context, i int) error {
 					key := pglocks.KeyOf("hot")
 					if keys == "Distinct" {
 						key = pglocks.Int64Key(int64(i))
 					}
-					wg.Go(func() {
-						for range work {
-							lk, err := l.Lock(ctx, key)
-							if err != nil {
-								b.Error(err)
-								return
-							}
-							if err := lk.Unlock(ctx); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				for range b.N {
-					work <- struct{}{}
-				}
-				close(work)
-				wg.Wait()
+					lk, err := l.Lock(ctx, key)
+					if err != nil {
+						return err
+					}
+					return lk.Unlock(ctx)
+				})
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "acq/s")
 			})
 		}
