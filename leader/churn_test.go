@@ -112,7 +112,7 @@ func TestSafetyChurn(t *testing.T) {
 		}
 		// Liveness: a leader within TTL + RetryInterval (+ slack) of healing.
 		healed := time.Now()
-		term, p := leaderNow(t, h, obs, healed.Add(ttl+200*time.Millisecond+3*time.Second))
+		term, p := leaderNow(t, h, obs, from, healed.Add(ttl+200*time.Millisecond+3*time.Second))
 		lead = p
 		t.Logf("round %d: %s; leader %s term %d after %v", round, fault, lead.id, term, time.Since(healed).Round(time.Millisecond))
 	}
@@ -148,7 +148,7 @@ func TestSafetyChurn(t *testing.T) {
 
 // leaderNow waits until the database shows a held term whose process has
 // reported its election, and returns them; it fails the test at deadline.
-func leaderNow(t *testing.T, h *hub, obs *pgx.Conn, deadline time.Time) (int64, *proc) {
+func leaderNow(t *testing.T, h *hub, obs *pgx.Conn, from int, deadline time.Time) (int64, *proc) {
 	t.Helper()
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		var term int64
@@ -173,7 +173,8 @@ func leaderNow(t *testing.T, h *hub, obs *pgx.Conn, deadline time.Time) (int64, 
 			t.Fatal(err)
 		}
 		if time.Now().After(deadline) {
-			h.dump()
+			h.logSince(t, from)
+			logServer(t, obs)
 			t.Fatalf("no leader by the liveness deadline")
 		}
 		<-time.After(delay) // polling the database for a condition, with a deadline
@@ -253,5 +254,34 @@ func check(t *testing.T, h *hub, db *pgtest.DB, paused func(p *proc, at time.Tim
 	t.Logf("checked %d terms and %d fenced writes", len(terms), n)
 	if n == 0 {
 		t.Error("no fenced write was accepted at all")
+	}
+}
+
+// logServer logs what the server shows of the election: its lease row,
+// who holds or waits for advisory locks, and every client backend.
+func logServer(t *testing.T, obs *pgx.Conn) {
+	t.Helper()
+	queries := []string{
+		`select name, owner, token, expires_at, clock_timestamp() as now, pid, metadata from pglocks_leases`,
+		`select l.pid, l.granted, l.objid, a.state, a.client_port, a.backend_start, a.state_change, left(a.query, 80)
+			from pg_locks l left join pg_stat_activity a using (pid) where l.locktype = 'advisory'`,
+		`select pid, client_port, state, wait_event, state_change, left(query, 80)
+			from pg_stat_activity where backend_type = 'client backend'`,
+	}
+	for _, q := range queries {
+		rows, err := obs.Query(ctxT(t, 30*time.Second), q)
+		if err != nil {
+			t.Logf("%s: %v", q, err)
+			continue
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				t.Logf("%v", err)
+				break
+			}
+			t.Logf("server: %v", vals)
+		}
+		rows.Close()
 	}
 }

@@ -258,6 +258,18 @@ func (h *hub) dump() {
 	}
 }
 
+// logSince logs every child line from position from on, with the time the
+// parent read it: a failing test's record of what each candidate saw.
+func (h *hub) logSince(t *testing.T, from int) {
+	t.Helper()
+	h.mu.Lock()
+	msgs := slices.Clone(h.msgs[from:])
+	h.mu.Unlock()
+	for _, m := range msgs {
+		t.Logf("%s %s: %s", m.at.Format("15:04:05.000"), m.from.id, m.text)
+	}
+}
+
 // elected waits for an ELECTED line at or after from.
 func (h *hub) elected(t *testing.T, from int) msg {
 	t.Helper()

@@ -156,7 +156,12 @@ func (l *Lease) checkTrust() {
 		l.trust.Reset(left)
 		return
 	}
-	l.end(fmt.Errorf("%w: lease %q: not renewed before its trust deadline", ErrLost, short(l.name)), true)
+	l.end(l.lapsed(), true)
+}
+
+// lapsed is why a lease whose trust deadline passed ended.
+func (l *Lease) lapsed() error {
+	return fmt.Errorf("%w: lease %q: not renewed before its trust deadline", ErrLost, short(l.name))
 }
 
 // lose ends the lease because the server said it is not held.
