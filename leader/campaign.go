@@ -51,6 +51,7 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 			grace:    e.cfg.Grace,
 			now:      e.storeNow,
 			ctx:      tctx,
+			lapse:    newLapse(),
 		},
 		lock:   lk,
 		lease:  ls,

@@ -105,6 +105,8 @@ func (e *Elector) drain(t *tenure, workDone <-chan error) (workErr error, return
 			return nil, false
 		case <-t.lease.Context().Done():
 			return nil, false
+		case <-t.term.lapse.done():
+			return nil, false
 		case <-timer.C:
 			left := time.Until(t.term.TrustedUntil())
 			if left <= 0 {
@@ -114,6 +116,9 @@ func (e *Elector) drain(t *tenure, workDone <-chan error) (workErr error, return
 		}
 	}
 }
+
+// errLapsed is why a term whose trust deadline passed ended.
+var errLapsed = fmt.Errorf("%w: trust deadline passed (renewals or session checks did not succeed in time)", ErrLost)
 
 // watch waits for the end of the term and returns why, with the work's
 // result if the work returned.
@@ -134,13 +139,15 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 			// Every end of the lease: lost, broken, or abandoned by a Store
 			// closed under us (which does not close Lost).
 			return fmt.Errorf("%w: %w", ErrLost, context.Cause(t.lease.Context())), nil, false
+		case <-t.term.lapse.done():
+			return errLapsed, nil, false
 		case <-timer.C:
 			until := t.term.TrustedUntil()
 			if left := time.Until(until); left > 0 {
 				timer.Reset(left)
 				continue
 			}
-			return fmt.Errorf("%w: trust deadline passed (renewals or session checks did not succeed in time)", ErrLost), nil, false
+			return errLapsed, nil, false
 		}
 	}
 }

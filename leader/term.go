@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,6 +31,41 @@ type Term struct {
 	grace time.Duration
 	now   func() time.Time // the Store's clock: the one lease deadlines are read on
 	ctx   context.Context  // cancelled when the term ends, for any reason
+	lapse *lapse           // set once a passed trust deadline was read
+}
+
+// lapse records that a term's trust deadline was read as passed. From then
+// on the term is over, whatever a renewal or session check answered later
+// says: a leader that read the lapse has stopped trusting its term, and
+// its elector steps down (see Elector.watch).
+type lapse struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newLapse() *lapse { return &lapse{ch: make(chan struct{})} }
+
+func (l *lapse) mark() {
+	if l != nil {
+		l.once.Do(func() { close(l.ch) })
+	}
+}
+
+// done is closed once a lapse was read; nil (never ready) for no lapse.
+func (l *lapse) done() <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	return l.ch
+}
+
+func (l *lapse) seen() bool {
+	select {
+	case <-l.done():
+		return true
+	default:
+		return false
+	}
 }
 
 // TrustedUntil returns the local deadline until which this term may be
@@ -43,9 +79,12 @@ type Term struct {
 // the scheduler may run before its timers do. Once the term has ended — its
 // lease or advisory lock lost, released or broken, or the elector stepped
 // down — it is the zero time, whatever the deadlines said. The zero Term's
-// is the zero time.
+// is the zero time. A passed deadline is final: once TrustedUntil has
+// returned a time not after the moment it was called, the term is over
+// and returns the zero time, even if a late renewal or session check
+// would have moved the deadline on.
 func (t Term) TrustedUntil() time.Time {
-	if t.lease == nil || t.Context().Err() != nil {
+	if t.lease == nil || t.Context().Err() != nil || t.lapse.seen() {
 		return time.Time{}
 	}
 	// The lease's deadline is a reading of the Store's clock: carry the time
@@ -53,12 +92,22 @@ func (t Term) TrustedUntil() time.Time {
 	now := time.Now()
 	until := now.Add(t.lease.TrustedUntil().Sub(t.now()))
 	if t.lock == nil {
-		return until // a lease-only term
+		return t.checked(now, until) // a lease-only term
 	}
 	if s := t.lock.VerifiedAt().Add(t.grace); s.Before(until) {
 		until = s
 	}
-	return until
+	return t.checked(now, until)
+}
+
+// checked returns until, the deadline read at now, or records a lapse and
+// returns the zero time if it has passed.
+func (t Term) checked(now, until time.Time) time.Time {
+	if now.Before(until) {
+		return until
+	}
+	t.lapse.mark()
+	return time.Time{}
 }
 
 // Guard checks, inside the caller's transaction tx, that this term is still

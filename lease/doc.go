@@ -86,8 +86,10 @@
 //     (TestFailedTryWritesNothing).
 //   - Lost and Context fire before another client can have acquired the
 //     lease: on the trust deadline (TestTrustDeadline,
-//     TestKeepAliveLongBlackhole), on an unknown Release
-//     (TestAmbiguousRelease, TestAmbiguousReleaseNotSent); an unknown
+//     TestKeepAliveLongBlackhole), which is final: a renewal confirmed
+//     after it passed does not revive the lease (TestLapsedTrustIsFinal);
+//     on an unknown Release (TestAmbiguousRelease,
+//     TestAmbiguousReleaseNotSent); an unknown
 //     acquire never frees another acquisition and honours ctx
 //     (TestAmbiguousAcquireWithOwner).
 //   - Loss is announced promptly: a Break or a takeover ends the holder's
