@@ -136,8 +136,8 @@
 // check would move the deadline on: TestObservedLapseEndsTerm) — steps
 // down at once: it releases the lease and unlocks the campaign lock even
 // while its work function, told by its context, has not returned yet, so a
-// misbehaving work function does not hold up the failover. Run waits for the work to return before it
-// campaigns again. A term that ends otherwise (Resign, Run's ctx, Close)
+// misbehaving work function does not hold up the failover. Run waits for
+// the work to return before it campaigns again. A term that ends otherwise (Resign, Run's ctx, Close)
 // lets the work return first and then steps down. A term whose lock or
 // lease is already known lost, or whose trust deadline passed while the
 // process was stalled, does not start its work.

@@ -80,9 +80,20 @@ func child(dsn string) error {
 	err = e.Run(ctx, func(ctx context.Context, term leader.Term) error {
 		// This process believes it leads while its ctx is live and its term
 		// is trusted: the contract a leader's work is held to.
+		// An ended term's TrustedUntil is the zero time: its belief ended by
+		// the last deadline it read, or now.
+		var last time.Time
 		trusted := func() (bool, time.Time) {
 			now := time.Now()
-			until := now.Add(time.Until(term.TrustedUntil())) // as a wall time
+			tu := term.TrustedUntil()
+			if tu.IsZero() {
+				if last.IsZero() || now.Before(last) {
+					return false, now
+				}
+				return false, last
+			}
+			until := now.Add(time.Until(tu)) // as a wall time
+			last = until
 			return ctx.Err() == nil && now.Before(until), until
 		}
 		if ok, _ := trusted(); !ok {

@@ -220,7 +220,13 @@ func TestSkewedStoreClock(t *testing.T) {
 			db := setup(t)
 			r := newReplicaWith(t, db.DSN, advisory.Config{},
 				lease.Config{Now: func() time.Time { return time.Now().Add(skew) }})
-			c := startCandidate(t, r, "skewed", "s", func(cfg *leader.Config) { cfg.TTL = time.Second })
+			// TTL and Grace leave room for a loaded machine's stalls: the
+			// test is about the clock, not about tight deadlines (with a 1 s
+			// TTL and the default 600 ms Grace it lost its term once when
+			// three packages' tests ran at once under -race).
+			c := startCandidate(t, r, "skewed", "s", func(cfg *leader.Config) {
+				cfg.TTL, cfg.Grace = 3*time.Second, 2*time.Second
+			})
 			select {
 			case <-c.elected:
 			case <-time.After(15 * time.Second):
@@ -229,7 +235,7 @@ func TestSkewedStoreClock(t *testing.T) {
 			select { // several renewals (every TTL/3)
 			case d := <-c.demoted:
 				t.Fatalf("demoted: %v", d.reason)
-			case <-time.After(3 * time.Second):
+			case <-time.After(4 * time.Second): // the span to watch, not a synchronization
 			}
 		})
 	}

@@ -18,7 +18,8 @@ type State struct {
 	Term int64
 	// TrustedUntil is the current term's [Term.TrustedUntil] while Leading,
 	// else the zero time. A leader whose TrustedUntil lies in the past is
-	// about to step down (or its process was stalled).
+	// stepping down: reading a passed deadline ends the term (see
+	// [Term.TrustedUntil]), and so does State.
 	TrustedUntil time.Time
 	// LastError is the last error of a campaign or a renewal, nil if there
 	// has been none; LastErrorAt is when it happened. They are kept after

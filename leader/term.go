@@ -41,13 +41,14 @@ type Term struct {
 type lapse struct {
 	once sync.Once
 	ch   chan struct{}
+	at   time.Time // the passed deadline read first; set before ch closes
 }
 
 func newLapse() *lapse { return &lapse{ch: make(chan struct{})} }
 
-func (l *lapse) mark() {
+func (l *lapse) mark(until time.Time) {
 	if l != nil {
-		l.once.Do(func() { close(l.ch) })
+		l.once.Do(func() { l.at = until; close(l.ch) })
 	}
 }
 
@@ -80,12 +81,16 @@ func (l *lapse) seen() bool {
 // lease or advisory lock lost, released or broken, or the elector stepped
 // down — it is the zero time, whatever the deadlines said. The zero Term's
 // is the zero time. A passed deadline is final: once TrustedUntil has
-// returned a time not after the moment it was called, the term is over
-// and returns the zero time, even if a late renewal or session check
-// would have moved the deadline on.
+// returned a time not after the moment it was called, the term is over —
+// its elector steps down — and TrustedUntil returns that passed deadline
+// until the term has ended, even if a late renewal or session check would
+// have moved the deadline on.
 func (t Term) TrustedUntil() time.Time {
-	if t.lease == nil || t.Context().Err() != nil || t.lapse.seen() {
+	if t.lease == nil || t.Context().Err() != nil {
 		return time.Time{}
+	}
+	if t.lapse.seen() {
+		return t.lapse.at
 	}
 	// The lease's deadline is a reading of the Store's clock: carry the time
 	// left over to time.Now's. Reading time.Now first errs early, never late.
@@ -100,14 +105,14 @@ func (t Term) TrustedUntil() time.Time {
 	return t.checked(now, until)
 }
 
-// checked returns until, the deadline read at now, or records a lapse and
-// returns the zero time if it has passed.
+// checked returns until, the deadline read at now, and records a lapse if
+// it has passed; after a lapse it returns the first passed deadline read.
 func (t Term) checked(now, until time.Time) time.Time {
 	if now.Before(until) {
 		return until
 	}
-	t.lapse.mark()
-	return time.Time{}
+	t.lapse.mark(until)
+	return t.lapse.at
 }
 
 // Guard checks, inside the caller's transaction tx, that this term is still

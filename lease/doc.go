@@ -86,8 +86,9 @@
 //     (TestFailedTryWritesNothing).
 //   - Lost and Context fire before another client can have acquired the
 //     lease: on the trust deadline (TestTrustDeadline,
-//     TestKeepAliveLongBlackhole), which is final: a renewal confirmed
-//     after it passed does not revive the lease (TestLapsedTrustIsFinal);
+//     TestKeepAliveLongBlackhole); a deadline TrustedUntil returned as
+//     passed is final, and no late renewal revives the lease
+//     (TestLapsedTrustIsFinal);
 //     on an unknown Release (TestAmbiguousRelease,
 //     TestAmbiguousReleaseNotSent); an unknown
 //     acquire never frees another acquisition and honours ctx

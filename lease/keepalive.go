@@ -62,20 +62,14 @@ func (l *Lease) startKeepAlive() {
 
 // renewed applies a confirmed renewal sent at sent, with the server's
 // expiry exp and lag (see trustStart): the trust deadline moves to the
-// renewal's start + TTL − margin if that is later. A confirmation that
-// comes after the deadline has passed revives nothing: the lease is lost,
-// as the deadline's timer says when it runs first. A holder may have read
-// TrustedUntil in the gap, so a passed deadline is final.
+// renewal's start + TTL − margin if that is later. A lease whose passed
+// deadline was read (TrustedUntil) or acted on (the timer) has ended, and
+// stays so.
 func (l *Lease) renewed(sent time.Time, exp time.Time, lag time.Duration) error {
-	now := l.store.cfg.Now()
-	start := trustStart(sent, lag, now)
+	start := trustStart(sent, lag, l.store.cfg.Now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended {
-		return l.endedErr()
-	}
-	if !now.Before(l.trustUntil) {
-		l.end(l.lapsed(), true)
 		return l.endedErr()
 	}
 	if t := start.Add(l.ttl - l.store.cfg.margin(l.ttl)); t.After(l.trustUntil) {

@@ -17,12 +17,12 @@ func (c *jumpClock) now() time.Time       { return time.Now().Add(time.Duration(
 func (c *jumpClock) jump(d time.Duration) { c.off.Add(int64(d)) }
 func (c *jumpClock) config() lease.Config { return lease.Config{Now: c.now} }
 
-// TestLapsedTrustIsFinal: a renewal confirmed after the trust deadline has
-// passed does not revive the lease. The deadline passed without a
-// confirmed renewal, so the lease is lost, as the timer would have said had
-// it run first (on a stalled scheduler the renewal's reply can be handled
-// before the timer's callback). A holder that read TrustedUntil in the gap
-// saw its trust end and must not find it back.
+// TestLapsedTrustIsFinal: once TrustedUntil has returned a passed deadline,
+// the lease is lost, and a renewal answered afterwards does not revive it
+// (on a stalled scheduler the renewal's reply can be handled before the
+// timer's callback, which found the deadline moved and let the lease go
+// on, trusted again, although its holder had read the lapse). The clock
+// jumps past the deadline without the wait.
 func TestLapsedTrustIsFinal(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -96,10 +96,17 @@ func (l *Lease) ExpiresAt() time.Time {
 }
 
 // TrustedUntil returns the local deadline until which the lease may be
-// trusted without asking the server, a reading of Config.Now.
+// trusted without asking the server, a reading of Config.Now. A deadline
+// it returns as passed is final: the lease is lost then (Lost, Context), as
+// it is when the deadline's timer runs, and a renewal answered later does
+// not revive it — on a stalled scheduler that answer can come before the
+// timer's turn, and the caller has already stopped trusting.
 func (l *Lease) TrustedUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.ended && !l.store.cfg.Now().Before(l.trustUntil) {
+		l.end(l.lapsed(), true)
+	}
 	return l.trustUntil
 }
 
@@ -188,7 +195,10 @@ func (l *Lease) args() []any { return []any{l.name, pgUUID(l.owner), l.token} }
 // it returns an error wrapping [ErrNotHeld] and the lease is lost. Any
 // other error leaves the lease as it was: a renewal whose outcome is
 // unknown can only have extended this very acquisition, and the trust
-// deadline moves only on a confirmed one. ctx bounds the round trip.
+// deadline moves only on a confirmed one. A lease that ended while its
+// renewal ran (its passed deadline was read, see [Lease.TrustedUntil])
+// stays lost though the server may have extended its row; Release frees
+// the row. ctx bounds the round trip.
 func (l *Lease) Renew(ctx context.Context) error {
 	if err := l.renew(ctx); err != nil {
 		return fmt.Errorf("renew lease %q: %w", short(l.name), err)
