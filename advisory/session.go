@@ -44,18 +44,6 @@ type session struct {
 	locks    map[*Lock]struct{}
 }
 
-func (s *session) pop() *request {
-	s.qmu.Lock()
-	defer s.qmu.Unlock()
-	if len(s.q) == 0 {
-		return nil
-	}
-	r := s.q[0]
-	s.q[0] = nil
-	s.q = s.q[1:]
-	return r
-}
-
 // stop refuses new requests and returns the queued ones.
 func (s *session) stop(err error) []*request {
 	s.qmu.Lock()
@@ -159,16 +147,25 @@ func (s *session) run() {
 	}
 }
 
-// drain runs the queued requests; false when the session died.
+// drain runs the queued requests, several at a time pipelined (see
+// runBatch); false when the session died.
 func (s *session) drain() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var buf [maxBatch]*request
 	for !s.isDead() {
-		r := s.pop()
-		if r == nil {
+		batch := s.popBatch(buf[:0])
+		var err error
+		switch len(batch) {
+		case 0:
 			return true
+		case 1:
+			_, err = s.do(context.Background(), batch[0])
+		default:
+			err = s.runBatch(batch)
 		}
-		if _, err := s.do(context.Background(), r); err != nil {
+		clear(batch)
+		if err != nil {
 			s.die(err)
 			return false
 		}

@@ -1,0 +1,164 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// The worker pipelines its queue: it takes up to maxBatch queued requests,
+// writes all their statements at once (each its own Bind, Execute and
+// Sync, so each runs in its own implicit transaction and an error in one
+// does not touch the others) with a single Flush, then reads every reply
+// in order, and only then completes the requests one by one as do would.
+//
+// Completion waits until every reply is read because completing may use
+// the connection itself (settle reads pg_locks, a try whose caller left is
+// undone at once), which cannot happen while replies are still in flight.
+// The requests of a batch have distinct keys, so completing them after the
+// whole batch ran is the same as completing each right after its own
+// statement: no statement in the batch touches another's key, on the
+// server (what settle reads from pg_locks) or locally (what unlockStmt
+// reads to choose the unlock statement at send time).
+//
+// A transport error on any reply leaves the session dead, as in do: the
+// connection is closed at once, the requests answered before the error
+// complete with their replies (a completion that needs the connection
+// finds it closed and kills the session), the one that failed and all
+// after it get the dead-session handling (see failDead), and every lock
+// the session took — in this batch too — is announced lost, while the
+// server frees them when the backend ends. Once the session is dead, a
+// request whose reply was read is failed the same way: it cannot be
+// recorded on a dead session, and a try's lock is freed with the backend.
+
+// maxBatch is the most requests the worker pipelines in one batch.
+const maxBatch = 32
+
+// popBatch takes up to maxBatch queued requests for one batch, stopping
+// before a request whose key is already in it.
+func (s *session) popBatch(batch []*request) []*request {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	n := 0
+	for n < len(s.q) && len(batch) < maxBatch && !hasKey(batch, s.q[n]) {
+		batch = append(batch, s.q[n])
+		s.q[n] = nil
+		n++
+	}
+	s.q = s.q[n:]
+	return batch
+}
+
+// hasKey reports whether a request in batch is on r's key, in any mode.
+func hasKey(batch []*request, r *request) bool {
+	id := idOf(r.key)
+	for _, b := range batch {
+		if idOf(b.key) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// runBatch runs the requests of batch pipelined; a non-nil error means the
+// session died.
+func (s *session) runBatch(batch []*request) error {
+	s.lastUse = time.Now()
+	live := batch[:0]
+	for _, r := range batch {
+		if !s.skip(r) {
+			live = append(live, r)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	reps := make([]reply, len(live))
+	read, err := s.pipeline(live, reps)
+	if err != nil {
+		// Replies may still be in flight (a timeout leaves pgconn open):
+		// close the connection before completing, so that no statement
+		// run by a completion (settle, undo) can read them as its own.
+		// die follows when the failed request completes.
+		s.cut()
+	}
+	var dead error
+	for i, r := range live {
+		var rerr error
+		switch {
+		case i >= read:
+			rerr = err // the reply was not read: the session is dead
+		case s.isDead():
+			rerr = errDiedInBatch
+		}
+		if cerr := s.complete(r, &reps[i], rerr); cerr != nil {
+			dead = cerr
+		}
+	}
+	if dead == nil && s.isDead() {
+		dead = errAlreadyDead
+	}
+	return dead
+}
+
+// cut closes the connection, as die will, without announcing anything yet.
+func (s *session) cut() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.QueryTimeout)
+	_ = s.conn.Close(ctx)
+	cancel()
+}
+
+// errDiedInBatch is the cause given to a request whose reply was read but
+// whose session died while an earlier request of its batch completed.
+var errDiedInBatch = errors.New("the session died earlier in the batch")
+
+// skip finishes r without a statement, as do does, when r is a try whose
+// caller left or whose Locker is closing; it reports whether it did.
+func (s *session) skip(r *request) bool {
+	if r.kind != opTry {
+		return false
+	}
+	switch {
+	case r.state.Load() == reqAbandoned:
+	case s.l.isClosed():
+		r.err = ErrClosed
+	default:
+		return false
+	}
+	s.pending.Add(-1)
+	s.finishOrUndo(r)
+	return true
+}
+
+// pipeline sends the statements of rs back to back with one Flush and
+// reads their replies into reps, in order. It returns how many replies
+// were read in full, and the transport error that stopped it, if any. The
+// send time noted for every reply is the one before the first statement
+// was written: each reply proves the session alive at least then.
+func (s *session) pipeline(rs []*request, reps []reply) (int, error) {
+	s.arm()
+	f := s.conn.Frontend()
+	for _, r := range rs {
+		kind := stmtTry
+		if r.kind == opUnlock {
+			kind = s.unlockStmt(r.key, r.shared)
+		}
+		name, params, formats := s.stmtArgs(kind, r.key, r.shared, r.want)
+		f.SendBind(&pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: formats,
+			Parameters: params, ResultFormatCodes: resultFormatsBinary})
+		f.SendExecute(&pgproto3.Execute{})
+		f.SendSync(&pgproto3.Sync{})
+	}
+	if err := f.Flush(); err != nil {
+		return 0, fmt.Errorf("send a batch of %d: %w", len(rs), err)
+	}
+	for i := range rs {
+		if err := s.recv(context.Background(), &reps[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(rs), nil
+}
