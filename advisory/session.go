@@ -14,8 +14,9 @@ import (
 // session is one dedicated server connection that holds session locks.
 // Statements on it never interleave: whoever runs one holds mu, either a
 // caller (the direct path, when the session is idle) or the session's
-// worker goroutine, which runs queued requests in order and pings an idle
-// session that holds locks. A caller whose ctx ends never breaks the
+// worker goroutine, which runs queued requests in order — pipelined, up to
+// maxBatch at a time (see runBatch) — and pings an idle session that holds
+// locks. A caller whose ctx ends never breaks the
 // connection: the statement's answer is still read, and an unwanted
 // acquisition undone.
 //
