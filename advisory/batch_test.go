@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/pgtest"
 )
 
 // serverHeld returns the advisory locks that backend pid holds, as
@@ -271,5 +273,65 @@ func diesMidBatch(t *testing.T, reset bool) {
 				t.Errorf("lock %v held by the Locker on pid %d, not on the server (%v)", lk.Key(), lk.PID(), got)
 			}
 		}
+	}
+}
+
+// Unlocks that the server refuses in the middle of a batch (no EXECUTE on
+// pg_advisory_unlock(bigint); the pair form is allowed) are settled from
+// pg_locks after the batch, each as if it ran alone: the refused ones
+// leave their locks held and say so, the others unlock, and pg_locks
+// agrees with the Locker.
+func TestBatchSettlesRefusedUnlocks(t *testing.T) {
+	t.Parallel()
+	const n = 32
+	db := pgtest.New(t)
+	role := createRole(t, db)
+	ctx := ctxT(t)
+	p, dsn := db.Proxy(t)
+	l := newLocker(t, lazyPool(t, withUser(t, dsn, role, "right")), advisory.Config{MaxSessions: 1})
+	admin := db.NewPool(t)
+	locks := make([]*advisory.Lock, n)
+	for i := range locks {
+		key := pglocks.Int64Key(int64(1000 + i))
+		if i%2 == 1 {
+			key = pglocks.PairKey(7, int32(i))
+		}
+		lk, err := l.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = lk
+	}
+	if _, err := admin.Exec(ctx, "revoke execute on function pg_advisory_unlock(bigint) from public"); err != nil {
+		t.Fatal(err)
+	}
+	p.SetLatency(20 * time.Millisecond) // the unlocks queue behind the first
+	want := map[string]bool{}
+	for i, err := range unlockAll(ctx, locks) {
+		switch {
+		case i%2 == 1 && err != nil:
+			t.Errorf("unlock %d (pair key): %v", i, err)
+		case i%2 == 0 && (err == nil || !strings.Contains(err.Error(), "still held")):
+			t.Errorf("unlock %d (int64 key) = %v, want an error saying the lock is still held", i, err)
+		case i%2 == 0:
+			want[tagOf(locks[i])] = true
+			if err := locks[i].Err(); err != nil {
+				t.Errorf("lock %d lost by a refused unlock: %v", i, err)
+			}
+		}
+	}
+	if got := serverHeld(t, admin, locks[0].PID()); !equalSets(got, want) {
+		t.Fatalf("pg_locks shows %v, the Locker holds %v", got, want)
+	}
+	if _, err := admin.Exec(ctx, "grant execute on function pg_advisory_unlock(bigint) to public"); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range unlockAll(ctx, locks) {
+		if i%2 == 0 && err != nil {
+			t.Errorf("unlock %d again: %v", i, err)
+		}
+	}
+	if got := serverHeld(t, admin, locks[0].PID()); len(got) != 0 {
+		t.Fatalf("after Unlock pg_locks shows %v", got)
 	}
 }
