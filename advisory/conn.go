@@ -89,7 +89,9 @@ func idleSessionTimeout(pc *pgconn.PgConn) string {
 // cannot cancel a try or unlock or end a session that holds locks;
 // synchronous_commit is off because only a NOTIFY assigns a transaction id
 // here, and its commit need not wait for the WAL flush. statement_timeout
-// comes first, so the rest cannot be cancelled by a tiny role default.
+// comes first, so the rest cannot be cancelled by a tiny role default; the
+// first statement itself can be, on a stalled server, and then the dial
+// runs the settings again (internal/dial).
 // dial.Dedicated appends its own select of pg_backend_pid() and
 // pg_is_in_recovery() to the same round trip: a standby's session is
 // refused ([ErrStandby]).

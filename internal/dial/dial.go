@@ -8,6 +8,7 @@ package dial
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -100,16 +101,34 @@ func Dedicated(ctx context.Context, pool *pgxpool.Config, o Options) (Conn, erro
 	return c, nil
 }
 
+// settleTries bounds the runs of the settings that a statement_timeout
+// cancels (see settle).
+const settleTries = 3
+
 // settle runs the settings and reads the backend pid and whether the
-// server is in recovery, in one round trip.
+// server is in recovery, in one round trip. The settings' first statement
+// runs under the role's or database's statement_timeout (each statement of
+// a simple query is timed on its own), so a timeout shorter than a
+// scheduling stall of the server can cancel it; nothing took effect then
+// (the statements form one implicit transaction), and settle runs them
+// again, up to settleTries times in all.
 func settle(ctx context.Context, pc *pgconn.PgConn, settings func(*pgconn.PgConn) string) (Conn, error) {
-	sql := "select pg_backend_pid(), pg_is_in_recovery()"
-	if settings != nil {
-		if s := settings(pc); s != "" {
-			sql = s + "; " + sql
+	var (
+		res []*pgconn.Result
+		err error
+	)
+	for range settleTries {
+		sql := "select pg_backend_pid(), pg_is_in_recovery()"
+		if settings != nil {
+			if s := settings(pc); s != "" {
+				sql = s + "; " + sql
+			}
+		}
+		res, err = pc.Exec(ctx, sql).ReadAll()
+		if !cancelledByTimeout(ctx, err) {
+			break
 		}
 	}
-	res, err := pc.Exec(ctx, sql).ReadAll()
 	if err != nil {
 		return Conn{}, fmt.Errorf("session settings: %w", err)
 	}
@@ -122,4 +141,11 @@ func settle(ctx context.Context, pc *pgconn.PgConn, settings func(*pgconn.PgConn
 		return Conn{}, fmt.Errorf("session settings: pg_backend_pid() = %q: %w", last.Rows[0][0], err)
 	}
 	return Conn{BackendPID: uint32(pid), InRecovery: string(last.Rows[0][1]) == "t"}, nil
+}
+
+// cancelledByTimeout reports whether err is the server's query_canceled
+// while ctx is live: a statement_timeout, not the caller.
+func cancelledByTimeout(ctx context.Context, err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014" && ctx.Err() == nil
 }
