@@ -115,20 +115,23 @@ func BenchmarkVsFloor(b *testing.B) {
 }
 
 // BenchmarkTryThroughput compares, at 8, 32 and 64 goroutines each on a
-// key of its own, TryLock+Unlock (Try) with the raw pair a user would
+// key of its own, TryLock+Unlock (Try; Try8 on a Locker of up to 8
+// sessions rather than the default 3) with the raw pair a user would
 // write instead (Raw): pg_try_advisory_lock and pg_advisory_unlock on a
 // connection taken from a pool of as many connections as goroutines. The
 // two are sub-benchmarks side by side: run them with -count and compare
 // them with benchstat; pairs/s is pairs per second.
 func BenchmarkTryThroughput(b *testing.B) {
 	for _, g := range []int{8, 32, 64} {
-		for _, raw := range []bool{true, false} {
-			kind := "Try"
-			if raw {
-				kind = "Raw"
+		// Try8 is a Locker with MaxSessions 8 rather than the default 3.
+		for _, kind := range []string{"Raw", "Try", "Try8"} {
+			raw := kind == "Raw"
+			cfg := advisory.Config{}
+			if kind == "Try8" {
+				cfg.MaxSessions = 8
 			}
 			b.Run(fmt.Sprintf("%s/G%d", kind, g), func(b *testing.B) {
-				l, _, _ := benchLocker(b, advisory.Config{})
+				l, _, _ := benchLocker(b, cfg)
 				var pool *pgxpool.Pool
 				if raw {
 					pool = pgtest.New(b).NewPool(b, func(c *pgxpool.Config) { c.MaxConns, c.MinConns = int32(g), int32(g) })
