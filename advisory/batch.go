@@ -24,15 +24,15 @@ import (
 // server (what settle reads from pg_locks) or locally (what unlockStmt
 // reads to choose the unlock statement at send time).
 //
-// A transport error on any reply leaves the session dead, as in do: the
-// connection is closed at once, the requests answered before the error
-// complete with their replies (a completion that needs the connection
-// finds it closed and kills the session), the one that failed and all
-// after it get the dead-session handling (see failDead), and every lock
-// the session took — in this batch too — is announced lost, while the
-// server frees them when the backend ends. Once the session is dead, a
-// request whose reply was read is failed the same way: it cannot be
-// recorded on a dead session, and a try's lock is freed with the backend.
+// A transport error on any reply leaves the session dead, as in do: it
+// dies at once, before any request completes, so every lock the session
+// took is announced lost while the server frees them when the backend
+// ends; then every request of the batch gets the dead-session handling
+// (see failDead), those whose reply was read before the error too — a try
+// granted there cannot be recorded on a dead session, and its lock goes
+// with the backend. A session that dies while an earlier request of the
+// batch completes (a settle or undo that fails) fails the rest the same
+// way.
 
 // maxBatch is the most requests the worker pipelines in one batch.
 const maxBatch = 32
@@ -79,11 +79,11 @@ func (s *session) runBatch(batch []*request) error {
 	reps := make([]reply, len(live))
 	read, err := s.pipeline(live, reps)
 	if err != nil {
-		// Replies may still be in flight (a timeout leaves pgconn open):
-		// close the connection before completing, so that no statement
-		// run by a completion (settle, undo) can read them as its own.
-		// die follows when the failed request completes.
-		s.cut()
+		// The session is dead before anything completes: replies may
+		// still be in flight (a timeout leaves pgconn open), so no
+		// completion may use the connection, and no try answered before
+		// the error may hand out a Lock on a closed session.
+		s.die(fmt.Errorf("pipelined batch of %d: %w", len(live), err))
 	}
 	var dead error
 	for i, r := range live {
@@ -102,13 +102,6 @@ func (s *session) runBatch(batch []*request) error {
 		dead = errAlreadyDead
 	}
 	return dead
-}
-
-// cut closes the connection, as die will, without announcing anything yet.
-func (s *session) cut() {
-	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.QueryTimeout)
-	_ = s.conn.Close(ctx)
-	cancel()
 }
 
 // errDiedInBatch is the cause given to a request whose reply was read but
@@ -156,6 +149,9 @@ func (s *session) pipeline(rs []*request, reps []reply) (int, error) {
 		return 0, fmt.Errorf("send a batch of %d: %w", len(rs), err)
 	}
 	for i := range rs {
+		if i > 0 {
+			s.extend(time.Now()) // each statement gets QueryTimeout/2 at least
+		}
 		if err := s.recv(context.Background(), &reps[i]); err != nil {
 			return i, err
 		}

@@ -36,6 +36,12 @@ var monoBase = time.Now()
 func (s *session) arm() {
 	now := time.Now()
 	s.sentAt = now.Sub(monoBase)
+	s.extend(now)
+}
+
+// extend renews the socket deadline to QueryTimeout from now when less
+// than half of it is left.
+func (s *session) extend(now time.Time) {
 	if s.deadline.Sub(now) < s.l.cfg.QueryTimeout/2 {
 		s.deadline = now.Add(s.l.cfg.QueryTimeout)
 		_ = s.conn.Conn().SetDeadline(s.deadline)
