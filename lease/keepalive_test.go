@@ -140,7 +140,10 @@ func TestKeepAliveSurvivesKilledConnections(t *testing.T) {
 	app := "lease_ka_" + time.Now().Format("150405.000000")
 	pool := b.db.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = app })
 	s := newStore(t, pool, lease.Config{})
-	l := mustTry(t, s, "ka", 600*time.Millisecond, lease.WithKeepAlive())
+	// A TTL that leaves a loaded machine time to dial again: with 600 ms
+	// (trust 540 ms, a renewal due every 200 ms) a fresh-clone CI run under
+	// a CPU hog lost the lease once, redialling after the kill.
+	l := mustTry(t, s, "ka", 3*time.Second, lease.WithKeepAlive())
 	for range 3 {
 		if _, err := b.db.Server.TerminateApplication(ctx, app); err != nil {
 			t.Fatal(err)
