@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // The worker pipelines its queue: it takes up to maxBatch queued requests,
@@ -108,7 +106,7 @@ func (s *session) runBatch(batch []*request) error {
 // whose session died while an earlier request of its batch completed.
 var errDiedInBatch = errors.New("the session died earlier in the batch")
 
-// skip finishes r without a statement, as do does, when r is a try whose
+// skip finishes r without a statement when r is a try whose
 // caller left or whose Locker is closing; it reports whether it did.
 func (s *session) skip(r *request) bool {
 	if r.kind != opTry {
@@ -133,19 +131,10 @@ func (s *session) skip(r *request) bool {
 // was written: each reply proves the session alive at least then.
 func (s *session) pipeline(rs []*request, reps []reply) (int, error) {
 	s.arm()
-	f := s.conn.Frontend()
 	for _, r := range rs {
-		kind := stmtTry
-		if r.kind == opUnlock {
-			kind = s.unlockStmt(r.key, r.shared)
-		}
-		name, params, formats := s.stmtArgs(kind, r.key, r.shared, r.want)
-		f.SendBind(&pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: formats,
-			Parameters: params, ResultFormatCodes: resultFormatsBinary})
-		f.SendExecute(&pgproto3.Execute{})
-		f.SendSync(&pgproto3.Sync{})
+		s.write(s.requestArgs(r))
 	}
-	if err := f.Flush(); err != nil {
+	if err := s.conn.Frontend().Flush(); err != nil {
 		return 0, fmt.Errorf("send a batch of %d: %w", len(rs), err)
 	}
 	for i := range rs {

@@ -48,15 +48,31 @@ func (s *session) extend(now time.Time) {
 	}
 }
 
-// send writes one execution of a prepared statement.
+// send writes one execution of a prepared statement and flushes it.
 func (s *session) send(name string, params [][]byte, formats []int16) error {
 	s.arm()
+	s.write(name, params, formats)
+	return s.conn.Frontend().Flush()
+}
+
+// write buffers one execution of a prepared statement (Bind, Execute,
+// Sync), to be sent by the next Flush.
+func (s *session) write(name string, params [][]byte, formats []int16) {
 	f := s.conn.Frontend()
 	f.SendBind(&pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: formats,
 		Parameters: params, ResultFormatCodes: resultFormatsBinary})
 	f.SendExecute(&pgproto3.Execute{})
 	f.SendSync(&pgproto3.Sync{})
-	return f.Flush()
+}
+
+// requestArgs returns the statement and arguments of request r: a try, or
+// the unlock statement unlockStmt chooses now.
+func (s *session) requestArgs(r *request) (string, [][]byte, []int16) {
+	kind := stmtTry
+	if r.kind == opUnlock {
+		kind = s.unlockStmt(r.key, r.shared)
+	}
+	return s.stmtArgs(kind, r.key, r.shared, r.want)
 }
 
 var resultFormatsBinary = []int16{1}
@@ -119,26 +135,11 @@ func (s *session) ping() error {
 // owns s.mu to finish it.
 func (s *session) do(ctx context.Context, r *request) (handedOff bool, err error) {
 	s.lastUse = time.Now()
-	kind := stmtUnlock
-	switch r.kind {
-	case opTry:
-		if r.state.Load() == reqAbandoned {
-			s.pending.Add(-1)
-			s.finishOrUndo(r)
-			return false, nil
-		}
-		if s.l.isClosed() {
-			s.pending.Add(-1)
-			r.err = ErrClosed
-			s.finishOrUndo(r)
-			return false, nil
-		}
-		kind = stmtTry
-	case opUnlock:
-		kind = s.unlockStmt(r.key, r.shared)
+	if s.skip(r) {
+		return false, nil
 	}
 	var rep reply
-	err = s.send(s.stmtArgs(kind, r.key, r.shared, r.want))
+	err = s.send(s.requestArgs(r))
 	if err == nil {
 		err = s.recv(ctx, &rep)
 		if err != nil && ctx.Err() != nil && pgconn.Timeout(err) && r.state.CompareAndSwap(reqPending, reqAbandoned) {
