@@ -332,6 +332,18 @@ func TestStoreClosedUnderLeader(t *testing.T) {
 	case <-time.After(20 * time.Second): // the trust deadline is 54s away
 		t.Fatal("the leader did not notice its Store closing")
 	}
+	// A closed Store cannot be campaigned with: Run ends with its error,
+	// once the next campaign meets it (before, the test's own cancel
+	// raced it, and Run's ErrClosed failed the cleanup once in a CI loop).
+	select {
+	case err := <-c.runDone:
+		if !errors.Is(err, lease.ErrClosed) {
+			t.Fatalf("Run after its Store closed: %v, want lease.ErrClosed", err)
+		}
+		c.runDone <- nil // for the cleanup's stop
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its Store closed")
+	}
 }
 
 func TestObserve(t *testing.T) {
