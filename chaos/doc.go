@@ -57,7 +57,7 @@
 //   - after the run: no row held, no worker session left on the server.
 //
 // TestPlantedBugs plants known bugs in the library (internal/plant: a
-// Guard that checks nothing; ownership changes committed asynchronously,
+// Guard that checks nothing; acquisitions, renewals and breaks committed asynchronously,
 // review finding B7) in the workers of a run and asserts that the oracles
 // report each, so a green run means something. A planted run stops at the
 // first violation (the history so far is checked every two seconds), and

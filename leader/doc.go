@@ -236,7 +236,12 @@
 //     and those read while waiting), and the campaign goes on above it
 //     (TestFailoverAsyncStandbyTermsGrow); a term no candidate saw may be
 //     handed out again. An Elector pointed at a standby fails at once with
-//     advisory.ErrStandby (TestStandbyRefused).
+//     advisory.ErrStandby (TestStandbyRefused). A resignation's release
+//     does not wait for its WAL flush (package lease, Durability): a server
+//     crash right after it may bring the resigned term back as the row's
+//     holder until its TTL, so observers (Observe, OnNewLeader) may see
+//     that term again, and the next leader may wait for its TTL; nobody
+//     leads in that term again.
 //   - Behind PgBouncer in transaction pooling mode, session advisory locks do
 //     not work: the election runs on the lease alone, and a crashed leader
 //     is replaced only after its TTL. Point the Locker's pool at PostgreSQL

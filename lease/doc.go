@@ -67,9 +67,20 @@
 //     unknown outcome it broke that acquisition or nothing, never a later
 //     one (TestBreakAcquisition).
 //
-// Ownership changes (acquire, renew, release, break, cleanups) commit with
-// synchronous_commit = on whatever the sessions' setting, so an
-// acknowledged token is never handed out again after a crash.
+// # Durability
+//
+// Statements that grant ownership or extend an expiry (acquire, renew,
+// resume, break) commit with synchronous_commit = on whatever the
+// sessions' setting, so an acknowledged token is never handed out again,
+// and no lease its holder trusts is shortened, by a crash. A release (and
+// the cleanup of an unknown acquire) only gives ownership up, and does not
+// wait for its WAL flush: one flush per acquire + release pair, not two. A
+// crash may lose such a release — the row then shows the acquisition
+// until its expiry, which delays the next holder but never makes two —
+// and the next acquisition's synchronous commit flushes the WAL up to
+// itself, the release included, before its token is handed out
+// (TestReleaseLostInCrash). A session at a remote level (remote_write,
+// remote_apply) keeps it for releases too.
 //
 // # Guarantees, and the tests that hold them
 //
@@ -136,7 +147,7 @@
 // target_session_attrs=read-write): pgx then connects to whichever node
 // accepts writes, before and after a promotion. With a synchronous standby
 // (synchronous_standby_names set, synchronous_commit on or higher, which
-// every ownership change asks for), a failover loses no acknowledged
+// every acquisition and renewal asks for), a failover loses no acknowledged
 // acquisition and hands out no token twice, acquisitions in flight at the
 // crash included (TestFailoverSync).
 //
@@ -153,7 +164,12 @@
 // time a standby may take to confirm, and do not cancel its sessions. What
 // a plain read returns — Get, List, IsHeld, Assert, a HeldError — may be
 // such a commit, taken back by the promotion; only Guard's locking read,
-// and what a Lease trusts, waits for the standby.
+// and what a Lease trusts, waits for the standby. A release, which does
+// not wait for its flush or for the standby, can likewise be taken back —
+// by a promotion, or by a crash of a single server: a name read as free
+// (or a waiter woken by the release's notification) may show the old
+// acquisition held again, until its expiry. A waiter's next try sees that
+// and waits on.
 //
 // With an asynchronous standby, the
 // commits it had not received are lost, and the new primary's counter is
@@ -213,9 +229,10 @@
 //     transactions and token checks refuse the stale holder's writes.
 //     Unfenced side effects (an email, a call to an API that ignores the
 //     token) may happen twice.
-//   - Tokens are as durable as the database. Commits are flushed locally
-//     (and to synchronous standbys when the session asks for a remote
-//     level), but after a failover to an asynchronous replica, recently
+//   - Tokens are as durable as the database. Acquisitions, renewals and
+//     breaks are flushed locally (and to synchronous standbys when the
+//     session asks for a remote level); releases are not waited for (see
+//     Durability). After a failover to an asynchronous replica, recently
 //     committed acquisitions can be lost and a token handed out again; a
 //     Store detects that only for tokens it has seen itself (see Failover).
 //     Use synchronous replication (or fence with something that survives

@@ -263,6 +263,11 @@ func (l *Lease) endedErr() error {
 // and waits for it. If the lease was not held any more (expired, taken
 // over, broken, already released) the error wraps [ErrNotHeld].
 //
+// The release does not wait for its WAL flush (see the package doc,
+// Durability): a server crash right after it may lose it, and the row then
+// shows this acquisition held until its expiry — a delay for the next
+// holder, never a second one.
+//
 // If the release may have run but no answer came (the reply was lost, ctx
 // ended while it ran), another client may already hold the name: the Lease
 // ends at once — Lost is closed and Context cancelled, with an error

@@ -24,11 +24,14 @@ import (
 // expiry was computed (the lag), so that the local trust window starts
 // then too (see trustStart).
 //
-// Every statement that changes ownership or expiry sets synchronous_commit
-// to on (unless the session asks for a remote level already) for its own
-// transaction, with set_config(…, true): its commit is flushed to the WAL
-// before the reply, whatever the pool's sessions run with, so a crash
-// cannot hand out a token twice (TestTokensSurviveCrash).
+// Every statement that grants ownership or extends an expiry (acquire,
+// renew, resume, break, raise) sets synchronous_commit to on (unless the
+// session asks for a remote level already) for its own transaction, with
+// set_config(…, true): its commit is flushed to the WAL before the reply,
+// whatever the pool's sessions run with, so a crash cannot hand out a
+// token twice (TestTokensSurviveCrash) or shorten a lease its holder
+// trusts. A statement that only gives ownership up (release, cleanup)
+// does not wait for the flush (see giveUp).
 type queries struct {
 	channel                              string
 	acquireSQL, retakeSQL                string
@@ -49,12 +52,24 @@ const infoColumns = `name, owner, token, ttl_us, acquired_at, renewed_at, expire
 
 // syncCommit is an expression that makes its statement's commit
 // synchronous when the session's setting would not flush it (off, local),
-// and does nothing otherwise. The acquire and release statements evaluate
-// it in the RETURNING of their UPDATE (and INSERT), so only for a row they
-// changed: a failed try, which writes nothing and has no commit record to
-// flush, does not pay for it.
+// and does nothing otherwise. The acquire statements evaluate it in the
+// RETURNING of their UPDATE (and INSERT), so only for a row they changed:
+// a failed try, which writes nothing and has no commit record to flush,
+// does not pay for it.
 const syncCommit = `case when current_setting('synchronous_commit') in ('off', 'local')
 	then set_config('synchronous_commit', 'on', true) end`
+
+// giveUp is an expression that lets its statement's commit skip the wait
+// for its WAL flush when the session would wait only for the local one (on,
+// local): a statement that only gives up ownership (release, cleanup) is
+// safe to lose in a crash. Lost, the row still shows the old acquisition
+// until its expiry, which only delays the next holder; and the next
+// acquisition's own synchronous commit flushes the WAL up to itself, the
+// release with it (WAL is flushed in order), before its token is handed
+// out. A session that asks for a remote level (remote_write, remote_apply:
+// read your writes on a standby, say) keeps it.
+const giveUp = `case when current_setting('synchronous_commit') in ('on', 'local')
+	then set_config('synchronous_commit', 'off', true) end`
 
 // durable is a CTE that makes its statement's commit synchronous (see
 // syncCommit); the statement must reference it (exists (select from
@@ -86,7 +101,7 @@ func newQueries(cfg Config) queries {
 	r := strings.NewReplacer("{T}", t, "{TTL}", micros("ttl"),
 		"{LEFT}", micros("greatest(expires_at - clock_timestamp(), interval '0')"),
 		"{LAG}", micros("expires_at - ttl - statement_timestamp()"),
-		"{DURABLE}", cte, "{SYNC}", sync)
+		"{DURABLE}", cte, "{SYNC}", sync, "{GIVEUP}", giveUp)
 	q := queries{channel: cfg.Channel}
 	q.acquireSQL = r.Replace(acquireSQL)
 	q.retakeSQL = r.Replace(retakeSQL)
@@ -119,18 +134,17 @@ where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_
 	notify := func(channel, key string) string {
 		return "case when pg_try_advisory_xact_lock(" + key + ") then null else pg_notify(" + channel + ", " + releasedPayload + ") end"
 	}
-	// release makes its commit synchronous from RETURNING ({SYNC}), as
-	// acquire does: only a release that changed the row has a commit
-	// record to flush, and this costs the server less than the CTE.
+	// release and cleanup only give up ownership: their commits do not
+	// wait for the WAL flush ({GIVEUP}; see giveUp), which halves the
+	// flushes of an acquire + release pair.
 	q.releaseSQL = r.Replace(`update {T} set owner = null, expires_at = clock_timestamp()
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp()
-returning {SYNC}, ` + notify("$4", "$5::bigint"))
+returning {GIVEUP}, ` + notify("$4", "$5::bigint"))
 	// cleanup frees the acquisition an ambiguous acquire attempt may have
 	// made, by the attempt's own id: it cannot touch any other.
-	q.cleanupSQL = r.Replace(`with {DURABLE}
-update {T} set owner = null, expires_at = clock_timestamp()
-where name = $1 and attempt = $2 and owner is not null and expires_at > clock_timestamp() and exists (select from durable)
-returning ` + notify("$3", "$4::bigint"))
+	q.cleanupSQL = r.Replace(`update {T} set owner = null, expires_at = clock_timestamp()
+where name = $1 and attempt = $2 and owner is not null and expires_at > clock_timestamp()
+returning {GIVEUP}, ` + notify("$3", "$4::bigint"))
 	q.assertSQL = r.Replace(`select {LEFT} from {T}
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp()`)
 	q.guardSQL = r.Replace(`select expires_at from {T}

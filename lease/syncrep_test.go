@@ -124,7 +124,12 @@ func TestSyncCutShortAcquisition(t *testing.T) {
 	c, db, pool := newCluster(t, pgtest.WithSynchronousStandby())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cut, seer := newStore(t, pool, lease.Config{}), newStore(t, pool, lease.Config{})
+	// The cut store's sessions ask for remote_write: its cleanup of the
+	// cut-short attempt, a release, then waits for the paused standby too
+	// and stays invisible, rather than free the name before seer looks
+	// (at on, a release does not wait for its flush or the standby).
+	cutPool := db.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["synchronous_commit"] = "remote_write" })
+	cut, seer := newStore(t, cutPool, lease.Config{}), newStore(t, pool, lease.Config{})
 	if err := c.PauseReplication(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -263,15 +263,17 @@ func (c *Cluster) describe() string {
 }
 
 // CatchUp waits until the standby has replayed everything the primary had
-// written when CatchUp was called: then a read on the standby sees every
-// commit acknowledged before.
+// committed when CatchUp was called: then a read on the standby sees every
+// commit acknowledged before, asynchronous ones too (a lease release, say),
+// which the primary may not have written yet: CatchUp first flushes its
+// WAL, by a commit of its own that waits for the local flush.
 func (c *Cluster) CatchUp(ctx context.Context) error {
 	primary, standby := c.PrimaryDSN("postgres"), c.StandbyDSN("postgres")
 	if standby == "" {
 		return errors.New("pgtest: catch up: the cluster has no standby")
 	}
-	var lsn string
-	if err := queryOnce(ctx, primary, "select pg_current_wal_lsn()::text", &lsn); err != nil {
+	lsn, err := flushedLSN(ctx, primary)
+	if err != nil {
 		return fmt.Errorf("pgtest: catch up: %w", err)
 	}
 	conn, err := pgx.Connect(ctx, standby)
@@ -286,11 +288,21 @@ func (c *Cluster) CatchUp(ctx context.Context) error {
 	}, "the standby did not replay up to "+lsn)
 }
 
-func queryOnce(ctx context.Context, dsn, sql string, dest ...any) error {
+// flushedLSN commits a transaction that writes WAL (a transactional
+// logical message: a transaction with an xid but no WAL of its own commits
+// without a flush) at synchronous_commit = local, so that its commit
+// flushes the WAL up to it, every asynchronous commit before it included,
+// and returns the WAL position after it.
+func flushedLSN(ctx context.Context, dsn string) (string, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return conn.QueryRow(ctx, sql).Scan(dest...)
+	if _, err := conn.Exec(ctx, "select pg_logical_emit_message(true, 'pgtest', 'catch up'), set_config('synchronous_commit', 'local', true)"); err != nil {
+		return "", err
+	}
+	var lsn string
+	err = conn.QueryRow(ctx, "select pg_current_wal_lsn()::text").Scan(&lsn)
+	return lsn, err
 }

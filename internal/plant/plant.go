@@ -20,7 +20,8 @@ const (
 	// released or stale lease commits.
 	GuardSkipsCheck Bug = 1 << iota
 	// AsyncCommit brings back review finding B7: lease statements that
-	// change ownership commit with synchronous_commit = off, so a server
+	// grant or extend ownership (acquire, renew, break; releases never
+	// wait for their flush) commit with synchronous_commit = off, so a server
 	// crash can lose an acquisition already answered, and hand its token
 	// out again.
 	AsyncCommit
