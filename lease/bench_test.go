@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,11 +20,25 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
+// benchSetup makes a database, a pool of maxConns connections and a Store
+// on it. pgtest's servers run with fsync off, so a commit's WAL flush is a
+// write without a disk sync there: with LEASE_BENCH_FSYNC=on the database
+// is on a server of its own with fsync on, where a flush costs what it
+// costs on a real server's disk.
 func benchSetup(b *testing.B, maxConns int32) (*pgtest.DB, *pgxpool.Pool, *lease.Store) {
 	b.Helper()
-	db := pgtest.New(b)
+	var db *pgtest.DB
+	if v := os.Getenv("LEASE_BENCH_FSYNC"); v != "" {
+		db = pgtest.NewServer(b, pgtest.WithSetting("fsync", v)).NewDB(b)
+	} else {
+		db = pgtest.New(b)
+	}
 	pool := db.NewPool(b, func(c *pgxpool.Config) { c.MaxConns = maxConns; c.MinConns = maxConns })
-	return db, pool, newStore(b, pool, lease.Config{})
+	s := newStore(b, pool, lease.Config{})
+	if err := s.Migrate(context.Background()); err != nil { // a private server has no template
+		b.Fatal(err)
+	}
+	return db, pool, s
 }
 
 // BenchmarkPair compares one TryAcquire + Release with the physical floor

@@ -40,9 +40,9 @@ func (t *table) rows() string {
 	row("advisory wake-up, `Unlock` → waiter in another locker holds it", "%s ms (mean)",
 		f2(t.med(as, "WakeUp", "µs-wake/op")/1000))
 	row("NOTIFY fan-out: 50 Lockers, 1,000 waited-on keys (`BenchmarkFanout`)",
-		"every listener gets every event: %s µs of server CPU and %s µs of client CPU per delivery; %s events per unlock in the hand-over",
-		strconv.FormatFloat(t.med(al, "Fanout", "server-ns/delivery")/1000, 'f', 1, 64),
+		"every listener gets every event: %s µs of client CPU per delivery; the listeners' server backends use %s× the CPU of the lock sessions' backends; %s events per unlock in the hand-over",
 		strconv.FormatFloat(t.med(al, "Fanout", "client-ns/delivery")/1000, 'f', 1, 64),
+		f2(t.med(al, "Fanout", "listener/session-cpu")),
 		strconv.FormatFloat(t.med(al, "Fanout", "events/unlock"), 'f', 1, 64))
 	row("10,000 advisory locks held at once", "%.0f server connections, %.0f B of Go heap per lock",
 		t.med(as, "HeldLocks", "conns"), t.med(as, "HeldLocks", "heapB/lock"))
@@ -71,6 +71,7 @@ func (t *table) leaseRows(row func(op, format string, args ...any)) {
 		"%s; raw pair %s, ours/raw per run (median) %s; raw pair with a lazy release %s, ours/that %s",
 		each(clients, per("Distinct")), each(clients, per("RawDistinct")), each(clients, vs("RawDistinct")),
 		each(clients, per("RawDistinctLazy")), each(clients, vs("RawDistinctLazy")))
+	t.fsyncRow(row)
 	hot8 := t.med(lh, "HotAcquire/waiters=8", "ours-acq/s")
 	row("lease hot name, blocking `Acquire` + `Release`, acquisitions/s at 8 / 32 / 64 waiters (one store; FIFO queue, a release wakes one)",
 		"%s (64 waiters: %s× 8), vs the raw retry-at-once SQL loop %s in the same iterations (ours/raw %s)",
@@ -82,4 +83,22 @@ func (t *table) leaseRows(row func(op, format string, args ...any)) {
 		f2(t.med(lk, "KeepAlive10k", "stmts/s")), f2(t.med(lk, "KeepAlive10k", "renewals/s")))
 	row("lease wake-up, `Release` → waiter holds it", "p50 %s ms, p99 %s ms",
 		f2(t.med(ls, "Wakeup", "p50-µs")/1000), f2(t.med(ls, "Wakeup", "p99-µs")/1000))
+}
+
+// fsyncRow is the lease pair again on a server with fsync on.
+func (t *table) fsyncRow(row func(op, format string, args ...any)) {
+	const lf = "lease-fsync"
+	row("the same on a server with fsync on (pgtest's run with it off): pair; pairs/s at 8 / 32 / 64 clients",
+		"pair %s× the raw pair, %s× the lazy raw pair (raw %.0f µs, ours %.0f µs); pairs/s %s, raw %s, ours/raw %s, lazy raw %s, ours/that %s",
+		f2(t.med(lf, "VsFloor", "ours/rawpair")), f2(t.med(lf, "VsFloor", "ours/rawlazy")),
+		t.med(lf, "VsFloor", "rawpair-ns")/1000, t.med(lf, "VsFloor", "acquire+release-ns")/1000,
+		each(clients, func(c string) string { return k(t.med(lf, "Throughput/Distinct/"+c, "pairs/s")) }),
+		each(clients, func(c string) string { return k(t.med(lf, "Throughput/RawDistinct/"+c, "pairs/s")) }),
+		each(clients, func(c string) string {
+			return f2(t.ratio(lf, "Throughput/Distinct/"+c, "Throughput/RawDistinct/"+c, "pairs/s"))
+		}),
+		each(clients, func(c string) string { return k(t.med(lf, "Throughput/RawDistinctLazy/"+c, "pairs/s")) }),
+		each(clients, func(c string) string {
+			return f2(t.ratio(lf, "Throughput/Distinct/"+c, "Throughput/RawDistinctLazy/"+c, "pairs/s"))
+		}))
 }
