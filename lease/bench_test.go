@@ -23,8 +23,8 @@ import (
 // benchSetup makes a database, a pool of maxConns connections and a Store
 // on it. pgtest's servers run with fsync off, so a commit's WAL flush is a
 // write without a disk sync there: with LEASE_BENCH_FSYNC=on the database
-// is on a server of its own with fsync on, where a flush costs what it
-// costs on a real server's disk.
+// is on a server of its own with fsync on (full_page_writes still off), in
+// $TMPDIR: a flush reaches the disk there, unless $TMPDIR is a tmpfs.
 func benchSetup(b *testing.B, maxConns int32) (*pgtest.DB, *pgxpool.Pool, *lease.Store) {
 	b.Helper()
 	var db *pgtest.DB

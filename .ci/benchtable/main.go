@@ -5,9 +5,9 @@
 //	go run ./.ci/benchtable -w DIR README.md  # replace it in README.md
 //
 // DIR holds the raw `go test -bench` outputs that .ci/bench writes (one
-// file per group, named as there). Each figure is the median of the runs
-// (-count); a ratio of two benchmarks run side by side (ours and raw) is
-// the median of the per-run ratios. In README.md the table sits between
+// file per group, named as there). Each figure is the median of the runs;
+// a ratio of two benchmarks (ours and raw) is the median of the ratios of
+// their i-th runs, which .ci/bench makes in one pass, one after the other. In README.md the table sits between
 // the lines <!-- bench:begin --> and <!-- bench:end -->.
 package main
 
@@ -45,24 +45,44 @@ func load(dir string) (results, error) {
 		r[group] = map[string]map[string][]float64{}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
-			fs := strings.Fields(sc.Text())
-			if len(fs) < 4 || !strings.HasPrefix(fs[0], "Benchmark") {
+			name, vals, ok := parse(sc.Text())
+			if !ok {
+				if strings.HasPrefix(sc.Text(), "Benchmark") {
+					fmt.Fprintf(os.Stderr, "%s: skipped, not a result: %q\n", f, sc.Text())
+				}
 				continue
 			}
-			name := suffix.ReplaceAllString(strings.TrimPrefix(fs[0], "Benchmark"), "")
 			if r[group][name] == nil {
 				r[group][name] = map[string][]float64{}
 			}
-			for i := 2; i+1 < len(fs); i += 2 {
-				v, err := strconv.ParseFloat(fs[i], 64)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %q: %v", f, sc.Text(), err)
-				}
-				r[group][name][fs[i+1]] = append(r[group][name][fs[i+1]], v)
+			for unit, v := range vals {
+				r[group][name][unit] = append(r[group][name][unit], v)
 			}
 		}
 	}
 	return r, nil
+}
+
+// parse reads one result line: "BenchmarkName-2  N  value unit  value
+// unit …". A line that a failure or a log wrote into (go test prints a
+// benchmark's name before it runs) is not one.
+func parse(line string) (name string, vals map[string]float64, ok bool) {
+	fs := strings.Fields(line)
+	if len(fs) < 4 || len(fs)%2 != 0 || !strings.HasPrefix(fs[0], "Benchmark") {
+		return "", nil, false
+	}
+	if _, err := strconv.ParseInt(fs[1], 10, 64); err != nil {
+		return "", nil, false
+	}
+	vals = map[string]float64{}
+	for i := 2; i+1 < len(fs); i += 2 {
+		v, err := strconv.ParseFloat(fs[i], 64)
+		if err != nil {
+			return "", nil, false
+		}
+		vals[fs[i+1]] = v
+	}
+	return suffix.ReplaceAllString(strings.TrimPrefix(fs[0], "Benchmark"), ""), vals, true
 }
 
 // table builds the rows; a figure that is missing from the run is
@@ -96,9 +116,13 @@ func median(v []float64) float64 {
 func (t *table) med(group, name, unit string) float64 { return median(t.vals(group, name, unit)) }
 
 // ratio is the median of the per-run ratios a/b of two benchmarks of a
-// group run side by side (the i-th run of each).
+// group: the i-th run of each, which .ci/bench runs in the same pass, one
+// after the other. Series of unequal length are reported as missing.
 func (t *table) ratio(group, a, b, unit string) float64 {
 	va, vb := t.vals(group, a, unit), t.vals(group, b, unit)
+	if len(va) != len(vb) {
+		t.missing = append(t.missing, fmt.Sprintf("%s: %s and %s: %d and %d runs", group, a, b, len(va), len(vb)))
+	}
 	var rs []float64
 	for i := range min(len(va), len(vb)) {
 		if vb[i] != 0 {

@@ -88,7 +88,7 @@ func (t *table) leaseRows(row func(op, format string, args ...any)) {
 // fsyncRow is the lease pair again on a server with fsync on.
 func (t *table) fsyncRow(row func(op, format string, args ...any)) {
 	const lf = "lease-fsync"
-	row("the same on a server with fsync on (pgtest's run with it off): pair; pairs/s at 8 / 32 / 64 clients",
+	row("the same on a server with fsync on (full_page_writes still off; pgtest's servers run with fsync off): pair; pairs/s at 8 / 32 / 64 clients",
 		"pair %s× the raw pair, %s× the lazy raw pair (raw %.0f µs, ours %.0f µs); pairs/s %s, raw %s, ours/raw %s, lazy raw %s, ours/that %s",
 		f2(t.med(lf, "VsFloor", "ours/rawpair")), f2(t.med(lf, "VsFloor", "ours/rawlazy")),
 		t.med(lf, "VsFloor", "rawpair-ns")/1000, t.med(lf, "VsFloor", "acquire+release-ns")/1000,
