@@ -62,12 +62,16 @@ func TestRunWaitSurvivesSessionDeath(t *testing.T) {
 	conn := db.Conn(t)
 	// The holder's session and listener, and the waiter's session: the
 	// waiter is trying.
+	// This database's sessions only: other tests run "pglocks run" on the
+	// same server in theirs (terminating those failed TestRunExitStatus in
+	// a CI loop).
 	notHolding := `select pid from pg_stat_activity where application_name = 'pglocks run'
+		and datname = current_database()
 		and pid not in (select pid from pg_locks where locktype = 'advisory' and granted)`
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var n int
-		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where application_name = 'pglocks run'").Scan(&n); err != nil {
+		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where application_name = 'pglocks run' and datname = current_database()").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n >= 3 {
