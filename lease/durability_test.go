@@ -22,10 +22,7 @@ import (
 // before.
 func TestTokensSurviveCrash(t *testing.T) {
 	t.Parallel()
-	srv := pgtest.NewServer(t)
-	if srv.Mode() != pgtest.ModeLocal {
-		t.Skipf("needs a local server to crash (have %s)", srv.Mode())
-	}
+	srv := crashableServer(t)
 	ctx := ctxT(t)
 	admin := srv.NewDB(t).Conn(t)
 	for _, sql := range []string{"alter system set wal_writer_delay = '10s'", "select pg_reload_conf()"} {
@@ -72,6 +69,17 @@ func TestTokensSurviveCrash(t *testing.T) {
 		t.Fatalf("token %d after a crash, but %d was handed out before it: handed out twice", l.Token(), last)
 	}
 	t.Logf("tokens up to %d before the crash, %d after", last, l.Token())
+}
+
+// crashableServer starts a private server for a test that crashes it: a
+// local one, whose processes the test can signal; it skips otherwise.
+func crashableServer(t *testing.T) *pgtest.Server {
+	t.Helper()
+	srv := pgtest.NewServer(t)
+	if srv.Mode() != pgtest.ModeLocal {
+		t.Skipf("needs a local server to crash (have %s)", srv.Mode())
+	}
+	return srv
 }
 
 // crash SIGKILLs the backend of one of pool's sessions: the postmaster
@@ -150,10 +158,7 @@ func stopWriters(t *testing.T, pool *pgxpool.Pool) (kill func()) {
 // free); the next acquisition, after that expiry, gets a higher token.
 func TestReleaseLostInCrash(t *testing.T) {
 	t.Parallel()
-	srv := pgtest.NewServer(t)
-	if srv.Mode() != pgtest.ModeLocal {
-		t.Skipf("needs a local server to crash (have %s)", srv.Mode())
-	}
+	srv := crashableServer(t)
 	ctx := ctxT(t)
 	db := srv.NewDB(t)
 	pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 2 })
