@@ -337,10 +337,10 @@ func TestStoreClosedUnderLeader(t *testing.T) {
 	// raced it, and Run's ErrClosed failed the cleanup once in a CI loop).
 	select {
 	case err := <-c.runDone:
+		c.runDone <- nil // for the cleanup's stop, which would wait for it
 		if !errors.Is(err, lease.ErrClosed) {
 			t.Fatalf("Run after its Store closed: %v, want lease.ErrClosed", err)
 		}
-		c.runDone <- nil // for the cleanup's stop
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after its Store closed")
 	}

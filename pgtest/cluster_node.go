@@ -292,17 +292,17 @@ func (c *Cluster) CatchUp(ctx context.Context) error {
 // logical message: a transaction with an xid but no WAL of its own commits
 // without a flush) at synchronous_commit = local, so that its commit
 // flushes the WAL up to it, every asynchronous commit before it included,
-// and returns the WAL position after it.
+// and returns the WAL position at the message's end.
 func flushedLSN(ctx context.Context, dsn string) (string, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "select pg_logical_emit_message(true, 'pgtest', 'catch up'), set_config('synchronous_commit', 'local', true)"); err != nil {
-		return "", err
-	}
+	// The message's own end position, not pg_current_wal_lsn(): after a
+	// record that ends on a page boundary the latter points past the next
+	// page's header, which the standby replays only with a later record.
 	var lsn string
-	err = conn.QueryRow(ctx, "select pg_current_wal_lsn()::text").Scan(&lsn)
+	err = conn.QueryRow(ctx, "select pg_logical_emit_message(true, 'pgtest', 'catch up')::text, set_config('synchronous_commit', 'local', true)").Scan(&lsn, nil)
 	return lsn, err
 }
