@@ -37,9 +37,11 @@ func ackedLate(ctx context.Context) error {
 }
 
 // try runs the acquire statement once per attempt, each with a fresh
-// attempt id recorded in the row: retakeSQL for a name of which the store
-// has seen a token (its row exists), else acquireSQL, which inserts a
-// missing row. In a narrow race — the row changed between the statement's
+// attempt id recorded in the row: fastSQL for a name the store released
+// last, retakeSQL for another name of which the store has seen a token
+// (its row exists), else acquireSQL, which inserts a missing row. A
+// fastSQL that finds the row not released is followed by retakeSQL. In a
+// narrow race — the row changed between the statement's
 // snapshot and its update, so that it neither acquired nor saw a holder —
 // or after a serialization failure, it runs it again (acquireSQL after a
 // retake that found no row). If an attempt's outcome is unknown, the
@@ -53,6 +55,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 	defer s.exit()
 	bo := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
 	full := false // a retake found no row: insert it
+	slow := false // the row the store released last is not free: read its holder
 	for range 100 {
 		attempt, err := uuid.NewRandom()
 		if err != nil {
@@ -63,9 +66,9 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 			return nil, err // nothing was sent
 		}
 		pid := c.Conn().PgConn().PID()
-		sent, seen := s.cfg.Now(), s.seen.get(name)
-		retake := seen > 0 && !full // a token was seen: the row exists
-		r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg, retake)
+		sent := s.cfg.Now()
+		seen, kind := s.acquireKind(name, full, slow)
+		r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg, kind)
 		inFlight := c.Conn().IsClosed() // the server may still be running it
 		c.Release()
 		if err == nil && r.acquired {
@@ -97,11 +100,28 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		case r.held:
 			s.seen.observe(name, r.token)
 			return nil, &HeldError{Name: name, Owner: r.owner, Token: r.token, ExpiresIn: r.expiresIn}
-		case retake:
+		case kind == acquireFast:
+			slow = true // not released: retakeSQL takes an expired row or reports the holder
+		case kind == acquireRetake:
 			full = true // no row (deleted?), or the narrow race: the full statement settles both
 		}
 	}
 	return nil, errors.New("lease: the row kept changing during 100 tries")
+}
+
+// acquireKind returns the highest token seen for name and the statement
+// for the next try of it: acquireSQL when no token was seen (there may be
+// no row) or a retake found no row (full), fastSQL when the store released
+// the row last and no try has found it taken since (slow), else retakeSQL.
+func (s *Store) acquireKind(name string, full, slow bool) (int64, acquireKind) {
+	seen, free := s.seen.get(name)
+	switch {
+	case seen == 0 || full:
+		return seen, acquireFull
+	case free && !slow:
+		return seen, acquireFast
+	}
+	return seen, acquireRetake
 }
 
 // cleanup frees, in the background, the acquisition that the attempt of

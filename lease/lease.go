@@ -308,6 +308,9 @@ func (l *Lease) release(ctx context.Context) error {
 		n = tag.RowsAffected()
 		return err
 	})
+	if err == nil && n > 0 {
+		s.seen.released(l.name, l.token) // the next try of this store may take the row cheaply
+	}
 	l.mu.Lock()
 	switch {
 	case err != nil && outcome.Of(err) == outcome.Unknown:

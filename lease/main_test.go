@@ -126,8 +126,13 @@ func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 }
 
 // isAcquire reports whether sql is one of the store's acquire statements
-// (the full one or the retake).
-func isAcquire(sql string) bool { return strings.Contains(sql, "upd as (") }
+// (the full one, the retake or the fast retake).
+func isAcquire(sql string) bool { return strings.Contains(sql, "upd as (") || isFastAcquire(sql) }
+
+// isFastAcquire reports whether sql is the fast retake of a released row.
+func isFastAcquire(sql string) bool {
+	return !strings.Contains(sql, "upd as (") && strings.Contains(sql, "attempt = $7::uuid")
+}
 
 func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 

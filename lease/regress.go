@@ -48,29 +48,45 @@ func (e *RegressionError) Is(target error) bool { return target == ErrTokenRegre
 
 // tokenMemory is the highest token a Store has seen per name: its own
 // acquisitions', the holders' in HeldErrors, those Get read and Break
-// set. Its zero value is empty and ready.
+// set; and the token of the last acquisition the Store itself released,
+// which tells the acquire statement that the row is likely free (see
+// fastSQL). Its zero value is empty and ready.
 type tokenMemory struct {
-	mu  sync.Mutex
-	max map[string]int64
+	mu sync.Mutex
+	m  map[string]tokens
 }
 
-// get returns the highest token seen for name, 0 if none.
-func (m *tokenMemory) get(name string) int64 {
+type tokens struct{ max, freed int64 }
+
+// get returns the highest token seen for name, 0 if none, and whether the
+// last thing the store knows of the row is its own release of that token:
+// a hint, which another store's acquisition may have made stale.
+func (m *tokenMemory) get(name string) (seen int64, free bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.max[name]
+	t := m.m[name]
+	return t.max, t.max > 0 && t.freed == t.max
 }
 
 // observe records that token was seen for name.
 func (m *tokenMemory) observe(name string, token int64) {
+	m.update(name, func(t *tokens) { t.max = max(t.max, token) })
+}
+
+// released records that the store released the acquisition of token.
+func (m *tokenMemory) released(name string, token int64) {
+	m.update(name, func(t *tokens) { t.max, t.freed = max(t.max, token), token })
+}
+
+func (m *tokenMemory) update(name string, f func(*tokens)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.max == nil {
-		m.max = make(map[string]int64)
+	if m.m == nil {
+		m.m = make(map[string]tokens)
 	}
-	if token > m.max[name] {
-		m.max[name] = token
-	}
+	t := m.m[name]
+	f(&t)
+	m.m[name] = t
 }
 
 // checkGranted refuses an acquisition of token when the store had seen a

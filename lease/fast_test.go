@@ -1,0 +1,124 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// kinds is a pgx tracer that records, in order, whether each acquire
+// statement was the fast retake of a released row.
+type kinds struct {
+	mu   sync.Mutex
+	fast []bool
+	sql  string
+	args []any
+}
+
+func (k *kinds) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if isAcquire(data.SQL) {
+		k.mu.Lock()
+		k.fast = append(k.fast, isFastAcquire(data.SQL))
+		if isFastAcquire(data.SQL) {
+			k.sql, k.args = data.SQL, data.Args
+		}
+		k.mu.Unlock()
+	}
+	return ctx
+}
+
+func (k *kinds) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// take returns the kinds recorded since the last take.
+func (k *kinds) take() []bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	f := k.fast
+	k.fast = nil
+	return f
+}
+
+// TestFastRetake: a store that released a name itself takes it again with
+// the plain UPDATE of a released row (issue 18: it costs the server less),
+// and when another store took the row since, it falls back to the retake,
+// which still reports the holder, takes an expired row and tells its old
+// holder of the takeover. A failed fast try writes nothing.
+func TestFastRetake(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	k := &kinds{}
+	a := newStore(t, b.db.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = k }), lease.Config{})
+	other := b.store
+	check := func(what string, want ...bool) {
+		t.Helper()
+		if got := k.take(); !slices.Equal(got, want) {
+			t.Fatalf("%s: acquire statements fast = %v, want %v", what, got, want)
+		}
+	}
+
+	l := mustTry(t, a, "fast", time.Minute)
+	check("first acquisition", false)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l = mustTry(t, a, "fast", time.Minute)
+	check("after its own release", true)
+	if l.Token() != 2 {
+		t.Fatalf("token %d, want 2", l.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	taken := mustTry(t, other, "fast", time.Minute) // the hint is stale now
+	_, err := a.TryAcquire(ctx, "fast", time.Minute)
+	var held *lease.HeldError
+	if !errors.As(err, &held) || held.Owner != taken.Owner() || held.Token != 3 {
+		t.Fatalf("try of a row another store took: %v, want a HeldError naming token 3", err)
+	}
+	check("stale hint", true, false)
+	failedFastWritesNothing(t, b.pool, k)
+
+	eventually(t, 10*time.Second, "the holder's listener", func() bool { return lease.Listening(other) })
+	expire(t, b.pool, "fast")
+	l = mustTry(t, a, "fast", time.Minute)
+	check("holder seen: expired row", false)
+	if l.Token() != 4 {
+		t.Fatalf("token %d, want 4", l.Token())
+	}
+	waitFor(t, taken.Lost(), 30*time.Second, "the takeover notice to the expired holder")
+}
+
+// failedFastWritesNothing replays k's last fast retake, of a held row, in a
+// transaction: it must take no row lock and assign no transaction id.
+func failedFastWritesNothing(t *testing.T, pool *pgxpool.Pool, k *kinds) {
+	t.Helper()
+	ctx := ctxT(t)
+	k.mu.Lock()
+	sql, args := k.sql, k.args
+	k.mu.Unlock()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	tag, err := tx.Exec(ctx, sql, args...)
+	if err != nil || tag.RowsAffected() != 0 {
+		t.Fatalf("replayed fast retake of a held row: %v, %v rows", err, tag.RowsAffected())
+	}
+	var xid *string
+	if err := tx.QueryRow(ctx, "select pg_current_xact_id_if_assigned()::text").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if xid != nil {
+		t.Errorf("a failed fast try assigned transaction id %s: it wrote", *xid)
+	}
+}
