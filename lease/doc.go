@@ -16,7 +16,10 @@
 // row, never deleted. [Store.TryAcquire] takes the row when it is free,
 // released or expired, in one statement and one round trip, giving the new
 // holder token = previous token + 1; when the row is held it reports the
-// holder in a [*HeldError] without locking or writing anything.
+// holder in a [*HeldError] without locking or writing anything. (A Store
+// that released a name itself takes it again with a cheaper statement
+// that only takes a released row; if another Store took the name since,
+// the usual statement follows: two round trips.)
 // [Store.Acquire] waits: a release wakes it at once through LISTEN/NOTIFY,
 // and a holder that vanished is noticed at the expiry the failed try
 // reported. A [Lease] renews ([Lease.Renew]), releases ([Lease.Release]),
