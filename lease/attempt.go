@@ -101,7 +101,10 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 			s.seen.observe(name, r.token)
 			return nil, &HeldError{Name: name, Owner: r.owner, Token: r.token, ExpiresIn: r.expiresIn}
 		case kind == acquireFast:
-			slow = true // not released: retakeSQL takes an expired row or reports the holder
+			// Not released: retakeSQL takes an expired row or reports the
+			// holder; the store's later tries, of any call, skip fastSQL.
+			slow = true
+			s.seen.stale(name, seen)
 		case kind == acquireRetake:
 			full = true // no row (deleted?), or the narrow race: the full statement settles both
 		}
@@ -112,7 +115,8 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 // acquireKind returns the highest token seen for name and the statement
 // for the next try of it: acquireSQL when no token was seen (there may be
 // no row) or a retake found no row (full), fastSQL when the store released
-// the row last and no try has found it taken since (slow), else retakeSQL.
+// the row last and no fastSQL has found it not released since (slow, and
+// tokenMemory.stale for the store's other calls), else retakeSQL.
 func (s *Store) acquireKind(name string, full, slow bool) (int64, acquireKind) {
 	seen, free := s.seen.get(name)
 	switch {

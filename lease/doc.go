@@ -16,10 +16,11 @@
 // row, never deleted. [Store.TryAcquire] takes the row when it is free,
 // released or expired, in one statement and one round trip, giving the new
 // holder token = previous token + 1; when the row is held it reports the
-// holder in a [*HeldError] without locking or writing anything. (A Store
-// that released a name itself takes it again with a cheaper statement
-// that only takes a released row; if another Store took the name since,
-// the usual statement follows: two round trips.)
+// holder in a [*HeldError] without locking or writing anything
+// (TestFailedTryWritesNothing, TestFastRetake). A Store that released a
+// name itself takes it again with a cheaper statement that takes only a
+// released row; if the row was taken since, the usual statement follows:
+// two round trips, once — the Store then drops its hint.
 // [Store.Acquire] waits: a release wakes it at once through LISTEN/NOTIFY,
 // and a holder that vanished is noticed at the expiry the failed try
 // reported. A [Lease] renews ([Lease.Renew]), releases ([Lease.Release]),
@@ -180,7 +181,8 @@
 //
 // The rule of detection: a Store remembers the highest token it has seen
 // per name — its acquisitions, the holder's token in a [HeldError], tokens
-// read by [Store.Get] and set by [Store.Break] — for as long as it lives.
+// read by [Store.Get], set by [Store.Break], and those of the leases it
+// released (resumed ones too) — for as long as it lives.
 // An acquisition the server grants with a token no higher than the highest
 // the Store had seen before it sent the statement is refused: TryAcquire
 // and Acquire return a [*RegressionError] (errors.Is [ErrTokenRegressed]),

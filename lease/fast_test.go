@@ -74,6 +74,13 @@ func TestFastRetake(t *testing.T) {
 	if l.Token() != 2 {
 		t.Fatalf("token %d, want 2", l.Token())
 	}
+	k.mu.Lock()
+	attempt := k.args[6] // the id an unknown outcome is cleaned up by
+	k.mu.Unlock()
+	var recorded bool
+	if err := b.pool.QueryRow(ctx, "select attempt = $1 from pglocks_leases where name = 'fast'", pgx.QueryExecModeExec, attempt).Scan(&recorded); err != nil || !recorded {
+		t.Fatalf("the fast retake did not record its attempt id %v: %v", attempt, err)
+	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +102,21 @@ func TestFastRetake(t *testing.T) {
 		t.Fatalf("token %d, want 4", l.Token())
 	}
 	waitFor(t, taken.Lost(), 30*time.Second, "the takeover notice to the expired holder")
+
+	// A release lost in a crash: the row shows the released acquisition
+	// again, with the token the store saw last. The first try finds it not
+	// released; the store drops its hint, and later tries go straight to
+	// the retake.
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, b.pool, "update pglocks_leases set owner = $1, expires_at = now() + interval '1 minute' where name = 'fast'", l.Owner())
+	for i, want := range [][]bool{{true, false}, {false}} {
+		if _, err := a.TryAcquire(ctx, "fast", time.Minute); !errors.Is(err, lease.ErrHeld) {
+			t.Fatalf("try %d of the row whose release was lost: %v, want ErrHeld", i, err)
+		}
+		check("release lost", want...)
+	}
 }
 
 // failedFastWritesNothing replays k's last fast retake, of a held row, in a

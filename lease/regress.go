@@ -78,6 +78,17 @@ func (m *tokenMemory) released(name string, token int64) {
 	m.update(name, func(t *tokens) { t.max, t.freed = max(t.max, token), token })
 }
 
+// stale drops the hint that the store released name last, given when the
+// highest token seen was seen: a try found the row not released (taken by
+// another client since, or the release was lost in a crash or a failover).
+func (m *tokenMemory) stale(name string, seen int64) {
+	m.update(name, func(t *tokens) {
+		if t.max == seen {
+			t.freed = 0
+		}
+	})
+}
+
 func (m *tokenMemory) update(name string, f func(*tokens)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -235,8 +235,8 @@ func (s *Store) check(ctx context.Context, name string, ttl time.Duration, opts 
 
 // TryAcquire acquires the lease name for ttl if it is free, released or
 // expired by the server clock, in one statement and one round trip (two
-// when this store released the name last and another has taken it since:
-// see the package doc, Model). The token of the new lease is the name's previous token + 1 (1 the first
+// when this store released the name last and it was taken since: see the
+// package doc, Model). The token of the new lease is the name's previous token + 1 (1 the first
 // time). If another owner holds it, the error is a [*HeldError] (errors.Is
 // ErrHeld) with the holder's owner, token and time left; such a failed try
 // takes no row lock and writes nothing. A serialization failure (under a
