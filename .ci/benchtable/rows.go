@@ -53,7 +53,7 @@ func (t *table) rows() string {
 
 func (t *table) leaseRows(row func(op, format string, args ...any)) {
 	const ls, lt, lh, lk = "lease-single", "lease-throughput", "lease-hot", "lease-keepalive"
-	row("lease `TryAcquire` + `Release` (one statement each; the release does not wait for its WAL flush)",
+	row("lease `TryAcquire` + `Release` (one statement each; a store retakes a name it released with a plain UPDATE of the released row; the release does not wait for its WAL flush)",
 		"%s× the raw two-statement SQL pair, %s× that pair with the same lazy release (%s× `SELECT 1`; raw pair %.0f µs, lazy %.0f µs, ours %.0f µs)",
 		f2(t.med(ls, "VsFloor", "ours/rawpair")), f2(t.med(ls, "VsFloor", "ours/rawlazy")), f2(t.med(ls, "VsFloor", "ours/select1")),
 		t.med(ls, "VsFloor", "rawpair-ns")/1000, t.med(ls, "VsFloor", "rawlazy-ns")/1000, t.med(ls, "VsFloor", "acquire+release-ns")/1000)
