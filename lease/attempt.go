@@ -55,7 +55,6 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 	defer s.exit()
 	bo := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
 	full := false // a retake found no row: insert it
-	slow := false // the row the store released last is not free: read its holder
 	for range 100 {
 		attempt, err := uuid.NewRandom()
 		if err != nil {
@@ -67,7 +66,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		}
 		pid := c.Conn().PgConn().PID()
 		sent := s.cfg.Now()
-		seen, kind := s.acquireKind(name, full, slow)
+		seen, kind := s.acquireKind(name, full)
 		r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg, kind)
 		inFlight := c.Conn().IsClosed() // the server may still be running it
 		c.Release()
@@ -103,7 +102,6 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		case kind == acquireFast:
 			// Not released: retakeSQL takes an expired row or reports the
 			// holder; the store's later tries, of any call, skip fastSQL.
-			slow = true
 			s.seen.stale(name, seen)
 		case kind == acquireRetake:
 			full = true // no row (deleted?), or the narrow race: the full statement settles both
@@ -115,14 +113,14 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 // acquireKind returns the highest token seen for name and the statement
 // for the next try of it: acquireSQL when no token was seen (there may be
 // no row) or a retake found no row (full), fastSQL when the store released
-// the row last and no fastSQL has found it not released since (slow, and
-// tokenMemory.stale for the store's other calls), else retakeSQL.
-func (s *Store) acquireKind(name string, full, slow bool) (int64, acquireKind) {
+// the row last and no fastSQL has found it not released since (see
+// tokenMemory.stale), else retakeSQL.
+func (s *Store) acquireKind(name string, full bool) (int64, acquireKind) {
 	seen, free := s.seen.get(name)
 	switch {
 	case seen == 0 || full:
 		return seen, acquireFull
-	case free && !slow:
+	case free:
 		return seen, acquireFast
 	}
 	return seen, acquireRetake
