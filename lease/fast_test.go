@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,38 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/lease"
 )
-
-// kinds is a pgx tracer that records, in order, whether each acquire
-// statement was the fast retake of a released row.
-type kinds struct {
-	mu   sync.Mutex
-	fast []bool
-	sql  string
-	args []any
-}
-
-func (k *kinds) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if isAcquire(data.SQL) {
-		k.mu.Lock()
-		k.fast = append(k.fast, isFastAcquire(data.SQL))
-		if isFastAcquire(data.SQL) {
-			k.sql, k.args = data.SQL, data.Args
-		}
-		k.mu.Unlock()
-	}
-	return ctx
-}
-
-func (k *kinds) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// take returns the kinds recorded since the last take.
-func (k *kinds) take() []bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	f := k.fast
-	k.fast = nil
-	return f
-}
 
 // TestFastRetake: a store that released a name itself takes it again with
 // the plain UPDATE of a released row (issue 18: it costs the server less),
@@ -54,14 +21,22 @@ func TestFastRetake(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := ctxT(t)
-	k := &kinds{}
-	a := newStore(t, b.db.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = k }), lease.Config{})
+	rec := &recorder{}
+	a := newStore(t, b.db.NewPool(t, rec.install), lease.Config{})
 	other := b.store
-	check := func(what string, want ...bool) {
+	// check takes the acquire statements since the last check and compares
+	// which were the fast retake with want.
+	check := func(what string, want ...bool) []traced {
 		t.Helper()
-		if got := k.take(); !slices.Equal(got, want) {
+		stmts := rec.take()
+		got := make([]bool, len(stmts))
+		for i, st := range stmts {
+			got[i] = isFastAcquire(st.sql)
+		}
+		if !slices.Equal(got, want) {
 			t.Fatalf("%s: acquire statements fast = %v, want %v", what, got, want)
 		}
+		return stmts
 	}
 
 	l := mustTry(t, a, "fast", time.Minute)
@@ -70,13 +45,11 @@ func TestFastRetake(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = mustTry(t, a, "fast", time.Minute)
-	check("after its own release", true)
+	fast := check("after its own release", true)[0]
 	if l.Token() != 2 {
 		t.Fatalf("token %d, want 2", l.Token())
 	}
-	k.mu.Lock()
-	attempt := k.args[6] // the id an unknown outcome is cleaned up by
-	k.mu.Unlock()
+	attempt := fast.args[6] // the id an unknown outcome is cleaned up by
 	var recorded bool
 	if err := b.pool.QueryRow(ctx, "select attempt = $1 from pglocks_leases where name = 'fast'", pgx.QueryExecModeExec, attempt).Scan(&recorded); err != nil || !recorded {
 		t.Fatalf("the fast retake did not record its attempt id %v: %v", attempt, err)
@@ -91,8 +64,7 @@ func TestFastRetake(t *testing.T) {
 	if !errors.As(err, &held) || held.Owner != taken.Owner() || held.Token != 3 {
 		t.Fatalf("try of a row another store took: %v, want a HeldError naming token 3", err)
 	}
-	check("stale hint", true, false)
-	failedFastWritesNothing(t, b.pool, k)
+	failedFastWritesNothing(t, b.pool, check("stale hint", true, false)[0])
 
 	eventually(t, 10*time.Second, "the holder's listener", func() bool { return lease.Listening(other) })
 	expire(t, b.pool, "fast")
@@ -119,20 +91,17 @@ func TestFastRetake(t *testing.T) {
 	}
 }
 
-// failedFastWritesNothing replays k's last fast retake, of a held row, in a
+// failedFastWritesNothing replays fast, a fast retake of a held row, in a
 // transaction: it must take no row lock and assign no transaction id.
-func failedFastWritesNothing(t *testing.T, pool *pgxpool.Pool, k *kinds) {
+func failedFastWritesNothing(t *testing.T, pool *pgxpool.Pool, fast traced) {
 	t.Helper()
 	ctx := ctxT(t)
-	k.mu.Lock()
-	sql, args := k.sql, k.args
-	k.mu.Unlock()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	tag, err := tx.Exec(ctx, sql, args...)
+	tag, err := tx.Exec(ctx, fast.sql, fast.args...)
 	if err != nil || tag.RowsAffected() != 0 {
 		t.Fatalf("replayed fast retake of a held row: %v, %v rows", err, tag.RowsAffected())
 	}

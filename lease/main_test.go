@@ -107,9 +107,15 @@ func waitFor(t testing.TB, ch <-chan struct{}, d time.Duration, what string) {
 	}
 }
 
-// recorder is a pgx tracer that keeps the last acquire statement it saw.
+// recorder is a pgx tracer that keeps the acquire statements it saw.
 type recorder struct {
-	mu   sync.Mutex
+	mu    sync.Mutex
+	all   []traced
+	taken int // all[:taken] were returned by take
+}
+
+// traced is one statement a recorder saw.
+type traced struct {
 	sql  string
 	args []any
 }
@@ -119,7 +125,7 @@ func (r *recorder) install(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = r }
 func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if isAcquire(data.SQL) {
 		r.mu.Lock()
-		r.sql, r.args = data.SQL, data.Args
+		r.all = append(r.all, traced{data.SQL, data.Args})
 		r.mu.Unlock()
 	}
 	return ctx
@@ -136,10 +142,24 @@ func isFastAcquire(sql string) bool {
 
 func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// last returns the last acquire statement seen, "" if none.
 func (r *recorder) last() (string, []any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.sql, r.args
+	if len(r.all) == 0 {
+		return "", nil
+	}
+	t := r.all[len(r.all)-1]
+	return t.sql, t.args
+}
+
+// take returns the acquire statements seen since the last take.
+func (r *recorder) take() []traced {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.all[r.taken:]
+	r.taken = len(r.all)
+	return t
 }
 
 // waitParked waits until an Acquire of s is blocked waiting.
