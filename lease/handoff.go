@@ -90,13 +90,14 @@ func ParseHandle(s string) (Handle, error) {
 }
 
 // Resume takes over, in this process, the lease acquired elsewhere that h
-// names: it renews it for its TTL (one round trip) and returns it, live, with
-// a fresh trust deadline. If that acquisition no longer holds the lease the
-// error wraps [ErrNotHeld] — unless a crash lost its acknowledged release
-// (see [Lease.Release]): until its expiry, the row shows it held again,
-// and Resume takes it, with no other holder. The original [Lease] value, if any, is not told:
-// the two are the same lease, and either may release it. Options other than
-// [WithKeepAlive] are ignored. ctx bounds the round trip.
+// names: it renews it for its TTL (one round trip) and returns it, live,
+// with a fresh trust deadline. If that acquisition no longer holds the lease
+// the error wraps [ErrNotHeld] — unless a crash lost its acknowledged
+// release (see [Lease.Release]): until its expiry, the row shows it held
+// again, and Resume takes it, with no other holder. The original [Lease]
+// value, if any, is not told: the two are the same lease, and either may
+// release it. Options other than [WithKeepAlive] are ignored. ctx bounds the
+// round trip.
 func (s *Store) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, error) {
 	l, err := s.resume(ctx, h, opts)
 	if err != nil {

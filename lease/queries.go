@@ -241,16 +241,15 @@ union all
 select false, owner, token, expires_at, {LEFT}, 0 from {T}
 where name = $1::text and owner is not null and expires_at > clock_timestamp() and not exists (select from upd)`
 
-// fastSQL is retakeSQL for a name the store released last (see
-// tokenMemory): a plain UPDATE of a released row — no owner, so no holder
-// to tell of a takeover — without the read of the holder, whose plan nodes
-// cost server time on every acquisition even when they do not run (a
-// quarter of the statement's cost with 64 clients). It returns no row when
-// the row is not released (another client took it since, its release was
-// lost in a crash, it is missing); the caller then runs retakeSQL, which
-// takes an expired row and reports a live holder (and, for a missing row,
-// acquireSQL). Like the others it records the attempt
-// id and commits synchronously.
+// fastSQL is retakeSQL for a name the store released last (see tokenMemory):
+// a plain UPDATE of a released row — no owner, so no holder to tell of a
+// takeover — without the read of the holder, whose plan nodes cost server
+// time on every acquisition even when they do not run (a quarter of the
+// statement's cost with 64 clients). It returns no row when the row is not
+// released (another client took it since, its release was lost in a crash,
+// it is missing); the caller then runs retakeSQL, which takes an expired row
+// and reports a live holder (and, for a missing row, acquireSQL). Like the
+// others it records the attempt id and commits synchronously.
 const fastSQL = `update {T} set owner = $2::uuid, attempt = $7::uuid, token = token + 1, ttl = $3::bigint * interval '1 microsecond',
 	acquired_at = clock_timestamp(), renewed_at = clock_timestamp(),
 	expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',

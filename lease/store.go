@@ -234,16 +234,16 @@ func (s *Store) check(ctx context.Context, name string, ttl time.Duration, opts 
 }
 
 // TryAcquire acquires the lease name for ttl if it is free, released or
-// expired by the server clock, in one statement and one round trip (two
-// when this store released the name last and it was taken since: see the
-// package doc, Model). The token of the new lease is the name's previous token + 1 (1 the first
-// time). If another owner holds it, the error is a [*HeldError] (errors.Is
-// ErrHeld) with the holder's owner, token and time left; such a failed try
-// takes no row lock and writes nothing. A serialization failure (under a
-// serializable default isolation) is retried at once. If the outcome is
-// unknown (the reply was lost, ctx ended while the statement ran), the
-// error says so and the attempt is cleaned up in the background by its own
-// id, which no other acquisition shares. ctx bounds the call.
+// expired by the server clock, in one statement and one round trip (two when
+// this store released the name last and it was taken since: see the package
+// doc, Model). The token of the new lease is the name's previous token + 1
+// (1 the first time). If another owner holds it, the error is a [*HeldError]
+// (errors.Is ErrHeld) with the holder's owner, token and time left; such a
+// failed try takes no row lock and writes nothing. A serialization failure
+// (under a serializable default isolation) is retried at once. If the
+// outcome is unknown (the reply was lost, ctx ended while the statement
+// ran), the error says so and the attempt is cleaned up in the background by
+// its own id, which no other acquisition shares. ctx bounds the call.
 func (s *Store) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
 	o, err := s.check(ctx, name, ttl, opts)
 	if err != nil {

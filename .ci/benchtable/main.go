@@ -4,11 +4,12 @@
 //	go run ./.ci/benchtable DIR            # print the table
 //	go run ./.ci/benchtable -w DIR README.md  # replace it in README.md
 //
-// DIR holds the raw `go test -bench` outputs that .ci/bench writes (one
-// file per group, named as there). Each figure is the median of the runs;
-// a ratio of two benchmarks (ours and raw) is the median of the ratios of
-// their i-th runs, which .ci/bench makes in one pass, one after the other. In README.md the table sits between
-// the lines <!-- bench:begin --> and <!-- bench:end -->.
+// DIR holds the raw `go test -bench` outputs that .ci/bench writes (one file
+// per group, named as there). Each figure is the median of the runs; a ratio
+// of two benchmarks (ours and raw) is the median of the ratios of their i-th
+// runs, which .ci/bench makes in one pass, one after the other. In README.md
+// the table sits between the lines <!-- bench:begin --> and
+// <!-- bench:end -->.
 package main
 
 import (
