@@ -60,16 +60,12 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		if err != nil {
 			return nil, fmt.Errorf("lease: new attempt id: %w", err)
 		}
-		c, err := s.pool.Acquire(ctx)
+		seen, kind := s.acquireKind(name, full)
+		sh, err := s.shoot(ctx, name, attempt, o, ttl, kind)
 		if err != nil {
 			return nil, err // nothing was sent
 		}
-		pid := c.Conn().PgConn().PID()
-		sent := s.cfg.Now()
-		seen, kind := s.acquireKind(name, full)
-		r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg, kind)
-		inFlight := c.Conn().IsClosed() // the server may still be running it
-		c.Release()
+		r, err := sh.r, sh.err
 		if err == nil && r.acquired {
 			err = ackedLate(ctx)
 		}
@@ -80,13 +76,9 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 			}
 		case err != nil:
 			if outcome.Of(err) == outcome.Unknown {
-				b := backend{pid: pid, sent: sent}
-				if !inFlight || s.pool.pooled() {
-					// Nothing in flight, or a pid that names no server
-					// backend (behind a pooler): nothing to end or wait for.
-					b.pid = 0
+				if !sh.settled {
+					s.cleanup(name, attempt, ttl, sh.b)
 				}
-				s.cleanup(name, attempt, ttl, b)
 				return nil, fmt.Errorf("%w (%w: the attempt is being cleaned up in the background)", err, errUnknown)
 			}
 			return nil, err
@@ -94,7 +86,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 			if err := s.checkGranted(ctx, name, o.owner, r.token, seen, ttl); err != nil {
 				return nil, err
 			}
-			start := trustStart(sent, r.lag, s.cfg.Now())
+			start := trustStart(sh.b.sent, r.lag, s.cfg.Now())
 			return s.newLease(ctx, name, o.owner, r.token, ttl, r.expiresAt, start, o.keepAlive, true)
 		case r.held:
 			s.seen.observe(name, r.token)
@@ -177,10 +169,8 @@ func (s *Store) releaseTaken(ctx context.Context, name string, owner uuid.UUID, 
 // releaseRow runs the release statement for (name, owner, token); whether
 // it changed a row does not matter to its callers, which settle an outcome.
 func (s *Store) releaseRow(ctx context.Context, name string, owner uuid.UUID, token int64) error {
-	return retrySerialization(ctx, func() error {
-		_, err := s.pool.Exec(ctx, s.q.releaseSQL, name, pgUUID(owner), token, s.q.channel, interestKey(s.q.channel, name))
-		return err
-	})
+	_, err := s.releaseAlone(ctx, name, owner, token)
+	return err
 }
 
 // settle runs stmt in a goroutine that Close waits for, again and again

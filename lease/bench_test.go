@@ -119,14 +119,14 @@ func BenchmarkFailedTry(b *testing.B) {
 	})
 }
 
-// BenchmarkThroughput runs TryAcquire + Release from 8, 32 and 64 clients,
+// BenchmarkThroughput runs TryAcquire + Release from 8, 16, 32 and 64 clients,
 // each on a name of its own (Distinct) or all on one name (Hot, where most
 // tries fail), and for reference the raw SQL pair on distinct names
 // (RawDistinct), and that pair with a release that does not wait for its
 // WAL flush, as ours does (RawDistinctLazy). pairs/s counts successful
 // acquire+release pairs.
 func BenchmarkThroughput(b *testing.B) {
-	for _, clients := range []int{8, 32, 64} {
+	for _, clients := range []int{8, 16, 32, 64} {
 		b.Run(fmt.Sprintf("RawDistinct/clients=%d", clients), func(b *testing.B) { rawThroughput(b, clients, rawPair) })
 		b.Run(fmt.Sprintf("RawDistinctLazy/clients=%d", clients), func(b *testing.B) { rawThroughput(b, clients, rawPairLazy) })
 		b.Run(fmt.Sprintf("Distinct/clients=%d", clients), func(b *testing.B) { oursThroughput(b, clients, false) })

@@ -302,13 +302,8 @@ func (l *Lease) release(ctx context.Context) error {
 	if err := l.stopKeepAlive(ctx); err != nil {
 		return err
 	}
-	var n int64
-	err := retrySerialization(ctx, func() error {
-		tag, err := s.pool.Exec(ctx, s.q.releaseSQL, append(l.args(), s.q.channel, interestKey(s.q.channel, l.name))...)
-		n = tag.RowsAffected()
-		return err
-	})
-	if err == nil && n > 0 {
+	released, err := s.releaseOnce(ctx, l.name, l.owner, l.token)
+	if err == nil && released {
 		s.seen.released(l.name, l.token) // the next try of this store may take the row cheaply
 	}
 	l.mu.Lock()
@@ -321,7 +316,7 @@ func (l *Lease) release(ctx context.Context) error {
 		l.resumeKeepAlive() // nothing ran: the lease stays live, Release may be retried
 		l.mu.Unlock()
 		return err
-	case n == 0:
+	case !released:
 		if !l.end(fmt.Errorf("%w: lease %q: release: %w", ErrLost, short(l.name), ErrNotHeld), true) {
 			err = l.endedErr()
 		} else {

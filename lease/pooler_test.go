@@ -30,18 +30,18 @@ var execModes = map[string]pgx.QueryExecMode{
 // through a transaction-mode PgBouncer with the exec mode the test's name
 // says when it runs under TestViaTransactionBouncer. Checks through
 // db.Conn still connect directly.
-func poolFor(t testing.TB, db *pgtest.DB) *pgxpool.Pool {
+func poolFor(t testing.TB, db *pgtest.DB, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
 	rest, ok := strings.CutPrefix(t.Name(), viaTransactionBouncer)
 	if !ok {
-		return db.NewPool(t)
+		return db.NewPool(t, configure...)
 	}
 	mode, ok := execModes[strings.Split(rest, "/")[0]]
 	if !ok {
 		t.Fatalf("no exec mode in test name %q", t.Name())
 	}
 	_, dsn := db.Bouncer(t, pgtest.PoolTransaction)
-	return pgtest.NewPool(t, dsn, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+	return pgtest.NewPool(t, dsn, append(configure, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })...)
 }
 
 // TestViaTransactionBouncer runs the lease behaviour tests through a real
@@ -64,6 +64,7 @@ func TestViaTransactionBouncer(t *testing.T) {
 		"KeepAliveDetectsTakeover": TestKeepAliveDetectsTakeover,
 		"Inspect":                  TestInspect,
 		"Do":                       TestDo,
+		"Batches":                  TestBatches,
 	}
 	for mode := range execModes {
 		t.Run(mode, func(t *testing.T) {

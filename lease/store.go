@@ -31,8 +31,10 @@ type Store struct {
 	leases map[*Lease]struct{} // live leases with a keep-alive or trust timer
 	lis    *listener           // started by the first Acquire that waits
 
-	turns turns    // Acquire calls queued per name (see queue.go)
-	ren   *renewer // started by the first kept-alive lease
+	turns turns                   // Acquire calls queued per name (see queue.go)
+	rels  combiner[queuedRelease] // releases combined into batches (batch.go)
+	fasts combiner[queuedFast]    // fast retakes combined into batches
+	ren   *renewer                // started by the first kept-alive lease
 
 	parked atomic.Int64 // Acquire calls blocked waiting (for tests)
 	seen   tokenMemory  // the highest token seen per name (regress.go)

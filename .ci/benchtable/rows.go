@@ -8,7 +8,7 @@ import (
 
 var (
 	goroutines = []string{"G8", "G32", "G64"}
-	clients    = []string{"clients=8", "clients=32", "clients=64"}
+	clients    = []string{"clients=8", "clients=16", "clients=32", "clients=64"}
 	waiters    = []string{"waiters=8", "waiters=32", "waiters=64"}
 )
 
@@ -67,7 +67,7 @@ func (t *table) leaseRows(row func(op, format string, args ...any)) {
 			return f2(t.ratio(lt, "Throughput/Distinct/"+c, "Throughput/"+name+"/"+c, "pairs/s"))
 		}
 	}
-	row("lease `TryAcquire` + `Release` pairs/s, distinct names, 8 / 32 / 64 clients",
+	row("lease `TryAcquire` + `Release` pairs/s, distinct names, 8 / 16 / 32 / 64 clients (a store batches its calls when four of a kind are in flight)",
 		"%s; raw pair %s, ours/raw per run (median) %s; raw pair with a lazy release %s, ours/that %s",
 		each(clients, per("Distinct")), each(clients, per("RawDistinct")), each(clients, vs("RawDistinct")),
 		each(clients, per("RawDistinctLazy")), each(clients, vs("RawDistinctLazy")))
@@ -88,7 +88,7 @@ func (t *table) leaseRows(row func(op, format string, args ...any)) {
 // fsyncRow is the lease pair again on a server with fsync on.
 func (t *table) fsyncRow(row func(op, format string, args ...any)) {
 	const lf = "lease-fsync"
-	row("the same on a server with fsync on (full_page_writes still off; pgtest's servers run with fsync off): pair; pairs/s at 8 / 32 / 64 clients",
+	row("the same on a server with fsync on (full_page_writes still off; pgtest's servers run with fsync off): pair; pairs/s at 8 / 16 / 32 / 64 clients",
 		"pair %s× the raw pair, %s× the lazy raw pair (raw %.0f µs, ours %.0f µs); pairs/s %s, raw %s, ours/raw %s, lazy raw %s, ours/that %s",
 		f2(t.med(lf, "VsFloor", "ours/rawpair")), f2(t.med(lf, "VsFloor", "ours/rawlazy")),
 		t.med(lf, "VsFloor", "rawpair-ns")/1000, t.med(lf, "VsFloor", "acquire+release-ns")/1000,

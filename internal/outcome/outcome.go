@@ -25,6 +25,9 @@
 //	  startup, authentication)             cause    cause decides (auth: Fatal)
 //	puddle.ErrClosedPool ("closed pool")   Fatal    the caller's pool is closed
 //	errors marked with [MarkFatal]         Fatal    e.g. a package's ErrClosed
+//	errors marked with [MarkNotSent]       Retry    a caller gave up while its
+//	                                                 request waited in a local
+//	                                                 queue: it was never sent
 //	PgError, severity ERROR: the statement's transaction aborted, so nothing
 //	  it wrote committed; by SQLSTATE:
 //	  55P03 lock_not_available             Busy     NOWAIT / lock_timeout met a holder
@@ -117,6 +120,23 @@ func MarkFatal(err error) error {
 	return fatalMark{err}
 }
 
+// notSentMark wraps an error that is Retry whatever it wraps.
+type notSentMark struct{ err error }
+
+func (n notSentMark) Error() string { return n.err.Error() }
+func (n notSentMark) Unwrap() error { return n.err }
+
+// MarkNotSent returns err marked as Retry for [Of], unchanged for errors.Is
+// and errors.As: the request was never sent. A caller that gave up while
+// its request waited in a local queue (a context error, which Of would
+// otherwise take for Unknown) marks the error with it.
+func MarkNotSent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return notSentMark{err}
+}
+
 // Of classifies err; see the package doc for the table.
 func Of(err error) Class {
 	if err == nil {
@@ -125,6 +145,10 @@ func Of(err error) Class {
 	var fm fatalMark
 	if errors.As(err, &fm) || errors.Is(err, puddle.ErrClosedPool) {
 		return Fatal
+	}
+	var nm notSentMark
+	if errors.As(err, &nm) {
+		return Retry
 	}
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {

@@ -1,0 +1,259 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/pglocks/pglocks/internal/outcome"
+	"github.com/pglocks/pglocks/pgtest"
+)
+
+// batchEnv is a store whose names a0, a1, … were acquired and released by
+// it (so that its next tries are fast retakes), and a direct connection.
+type batchEnv struct {
+	s    *Store
+	conn *pgx.Conn
+	ctx  context.Context
+}
+
+func newBatchEnv(t *testing.T, names ...string) batchEnv {
+	t.Helper()
+	db := pgtest.New(t)
+	s, err := New(db.NewPool(t), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	for _, n := range names {
+		l, err := s.TryAcquire(ctx, n, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return batchEnv{s: s, conn: db.Conn(t), ctx: ctx}
+}
+
+// row returns name's owner (nil: none), token and attempt id.
+func (e batchEnv) row(t *testing.T, name string) (owner *uuid.UUID, token int64, attempt uuid.UUID) {
+	t.Helper()
+	if err := e.conn.QueryRow(e.ctx, "select owner, token, attempt from pglocks_leases where name = $1", name).Scan(&owner, &token, &attempt); err != nil {
+		t.Fatal(err)
+	}
+	return owner, token, attempt
+}
+
+// lockRow locks name's row in a transaction open until the test ends.
+func (e batchEnv) lockRow(t *testing.T, dsnConn *pgx.Conn, name string) {
+	t.Helper()
+	tx, err := dsnConn.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(e.ctx, "select from pglocks_leases where name = $1 for update", name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// within runs f, failing the test if it does not return within 30 s.
+func within(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not return within 30 s", what)
+	}
+}
+
+// TestFastBatch: one batch of fast retakes. Two attempts of one name: one
+// wins. A locked row and a held row: no row, at once. An attempt whose
+// caller gave up while the batch ran: taken, then cleaned up by its
+// attempt id.
+func TestFastBatch(t *testing.T) {
+	t.Parallel()
+	e := newBatchEnv(t, "a", "b", "c", "d")
+	if _, err := e.s.TryAcquire(e.ctx, "d", time.Minute, WithOwner(uuid.New())); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := pgx.Connect(e.ctx, e.conn.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locker.Close(context.Background()) })
+	e.lockRow(t, locker, "c")
+	_, tokenA, _ := e.row(t, "a")
+	q := func(name string) *queuedFast {
+		return &queuedFast{name: name, attempt: uuid.New(), o: options{owner: uuid.New()}, ttl: time.Minute, done: make(chan shot, 1)}
+	}
+	batch := []*queuedFast{q("a"), q("a"), q("b"), q("c"), q("d")}
+	batch[2].state.Store(queuedAbandoned)
+	if err := e.s.enter(); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "the batch", func() { defer e.s.exit(); e.s.fastBatch(batch) })
+	won := 0
+	for i, b := range []*queuedFast{batch[0], batch[1], batch[3], batch[4]} {
+		sh := <-b.done
+		if sh.err != nil || sh.b.pid != 0 || sh.b.sent.IsZero() {
+			t.Fatalf("attempt %d: %+v", i, sh)
+		}
+		if sh.r.acquired {
+			won++
+			if b.name != "a" || sh.r.token != tokenA+1 {
+				t.Fatalf("%s acquired with token %d (a's was %d)", b.name, sh.r.token, tokenA)
+			}
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d attempts of a won, want 1", won)
+	}
+	waitUntil(t, "b freed after the batch took it for the caller that gave up", func() bool {
+		owner, _, attempt := e.row(t, "b")
+		return owner == nil && attempt == batch[2].attempt
+	})
+}
+
+// waitUntil polls cond every millisecond, failing the test after 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("%s: not within 30 s", what)
+		}
+	}
+}
+
+// TestReleaseBatch: one batch of releases. A lease released twice in the
+// batch: released once. A guarded lease: not released, at once (its
+// caller then releases it alone). A lease no longer held: not released.
+func TestReleaseBatch(t *testing.T) {
+	t.Parallel()
+	e := newBatchEnv(t, "gone")
+	ctx := e.ctx
+	a, err := e.s.TryAcquire(ctx, "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.s.TryAcquire(ctx, "g", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if err := g.Guard(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	q := func(l *Lease) *queuedRelease {
+		return &queuedRelease{name: l.name, owner: l.owner, token: l.token, done: make(chan batchResult, 1)}
+	}
+	gone := &queuedRelease{name: "gone", owner: uuid.New(), token: 1, done: make(chan batchResult, 1)}
+	batch := []*queuedRelease{q(a), q(a), q(g), gone}
+	within(t, "the batch", func() { e.s.releaseBatch(batch) })
+	var got []bool
+	for _, b := range batch {
+		res := <-b.done
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		got = append(got, res.released)
+	}
+	if got[0] == got[1] || got[2] || got[3] {
+		t.Fatalf("released %v, want one of a's two, not g, not gone", got)
+	}
+	if owner, _, _ := e.row(t, "a"); owner != nil {
+		t.Fatal("a still held")
+	}
+	if owner, _, _ := e.row(t, "g"); owner == nil {
+		t.Fatal("g released under its guard")
+	}
+}
+
+// busyLanes makes every call of e's store queue, and no batch run, until
+// the test takes the batches itself: both direct slots of each kind
+// count as taken, and a batch goroutine as running.
+func busyLanes(e batchEnv) {
+	for _, c := range []interface{ busy() }{&e.s.fasts, &e.s.rels} {
+		c.busy()
+	}
+}
+
+func (c *combiner[T]) busy() {
+	c.mu.Lock()
+	c.direct, c.batching = directMax, true
+	c.mu.Unlock()
+}
+
+func (c *combiner[T]) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
+
+// TestQueuedCallGivesUp: a call whose ctx ends while it waits in the queue
+// was never sent, and says so (outcome Retry, not Unknown): a TryAcquire
+// took nothing; a Release leaves its lease live. A fast retake whose ctx
+// ends while its batch runs returns at once with an unknown outcome, and
+// what the batch took for it is freed once the batch is over.
+func TestQueuedCallGivesUp(t *testing.T) {
+	t.Parallel()
+	e := newBatchEnv(t, "a", "b")
+	l, err := e.s.TryAcquire(e.ctx, "held", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busyLanes(e)
+	_, tokenA, _ := e.row(t, "a")
+	short, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.s.TryAcquire(short, "a", time.Minute); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry {
+		t.Fatalf("queued TryAcquire: %v (%v), want a deadline, not sent", err, outcome.Of(err))
+	}
+	if err := l.Release(short); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry {
+		t.Fatalf("queued Release: %v (%v), want a deadline, not sent", err, outcome.Of(err))
+	}
+	if owner, token, _ := e.row(t, "a"); owner != nil || token != tokenA || l.Err() != nil || e.s.fasts.queued()+e.s.rels.queued() != 0 {
+		t.Fatalf("a: owner %v token %d (was %d); lease err %v; queues %d %d", owner, token, tokenA, l.Err(), e.s.fasts.queued(), e.s.rels.queued())
+	}
+
+	gone, cancel := context.WithCancel(e.ctx)
+	errc := make(chan error, 1)
+	go func() { _, err := e.s.TryAcquire(gone, "b", time.Minute); errc <- err }()
+	waitUntil(t, "the retake of b queued", func() bool { return e.s.fasts.queued() == 1 })
+	batch := e.s.fasts.take() // the batch goroutine's part: b is in flight
+	cancel()
+	if err := <-errc; !errors.Is(err, errUnknown) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquire given up while its batch ran: %v, want an unknown outcome", err)
+	}
+	if err := e.s.enter(); err != nil {
+		t.Fatal(err)
+	}
+	e.s.fastBatch(batch)
+	e.s.exit()
+	waitUntil(t, "b freed after the batch took it", func() bool {
+		owner, _, attempt := e.row(t, "b")
+		return owner == nil && attempt == batch[0].attempt
+	})
+}
