@@ -1,9 +1,14 @@
 package lease
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // Batches: under load, a store combines its statements of one kind that
@@ -17,19 +22,23 @@ import (
 // one round trip, one statement and one WAL flush for many calls.
 //
 // A batch statement waits for no row lock (SKIP LOCKED): a call whose row
-// is locked by another transaction (a Guard, a racing acquire) gets no
+// is locked by another transaction (a Guard, a racing writer) gets no
 // row from it and goes on alone, exactly as if its statement of its own
 // had found the row not released or not held; a batch never waits behind
-// a guarded transaction, and two batches cannot deadlock.
+// a guarded transaction, and no batch waits for another.
 //
 // A batched call has the three outcomes its own statement would have:
-// done (the batch answered for it), not done (its ctx ended while it was
-// still queued: outcome.MarkNotSent; or the batch failed without running),
-// or unknown (the batch was sent and no answer came, or its ctx ended
-// while the batch ran). A batch runs on a context of its own, so that one
-// caller that gives up does not cancel the others' statement; what that
-// caller may have been granted is settled by the batch goroutine once the
-// outcome is known (see fastBatch).
+//   - done: the batch answered for it;
+//   - not done: its ctx ended while it was still queued (the error is
+//     marked with outcome.MarkNotSent), or the batch failed without
+//     running, or for a reason of its own — then every call of the batch
+//     runs its statement alone, so that one call's bad input fails no
+//     other;
+//   - unknown: the batch was sent and no answer came, or the call's ctx
+//     ended while its batch ran. A batch runs on a context of its own, so
+//     that one caller that gives up does not cancel the others' statement;
+//     what a caller that gave up may have been granted is settled by the
+//     batch goroutine once the batch's outcome is known (see fastBatch).
 type combiner[T any] struct {
 	mu       sync.Mutex
 	direct   int  // calls running a statement of their own
@@ -40,10 +49,20 @@ type combiner[T any] struct {
 const (
 	// directMax is how many calls of a kind run alone at once, per store.
 	directMax = 4
-	// maxBatch bounds the calls of one batch statement.
-	maxBatch = 1000
-	// batchTimeout bounds a batch statement, which waits for no row lock.
+	// maxBatch bounds the calls of one batch statement (and the advisory
+	// locks a release batch holds until its commit: see releaseManySQL).
+	maxBatch = 128
+	// batchTimeout bounds a batch, which waits for no row lock.
 	batchTimeout = 30 * time.Second
+)
+
+// The states of a queued call: waiting, then answered by its batch or
+// abandoned by its caller (whose ctx ended while the batch ran), exactly
+// one of the two.
+const (
+	queuedWaiting int32 = iota
+	queuedAnswered
+	queuedAbandoned
 )
 
 // join admits it: alone (direct: run the statement alone, then call
@@ -102,4 +121,50 @@ func runBatches[T any](s *Store, c *combiner[T], run func([]*T)) {
 	for batch := c.take(); batch != nil; batch = c.take() {
 		run(batch)
 	}
+}
+
+// await waits for the answer to it, a call queued in c, on done, or for
+// ctx to end. A call still queued then is taken out of the queue: it was
+// never sent (an error marked with outcome.MarkNotSent). A call a batch
+// took is abandoned (abandoned true) unless its answer came meanwhile:
+// its outcome is unknown, whatever ctx's cause says.
+func await[T, R any](ctx context.Context, c *combiner[T], it *T, state *atomic.Int32, done <-chan R) (r R, abandoned bool, err error) {
+	select {
+	case r = <-done:
+		return r, false, nil
+	case <-ctx.Done():
+	}
+	if c.dequeue(it) {
+		return r, false, outcome.MarkNotSent(fmt.Errorf("waited for a batch: %w", ctx.Err()))
+	}
+	if state.CompareAndSwap(queuedWaiting, queuedAbandoned) {
+		return r, true, nil
+	}
+	return <-done, false, nil // answered meanwhile
+}
+
+// givenUp is the error of a call whose ctx ended while its batch ran: an
+// unknown outcome. It wraps ctx.Err(), which outcome.Of classifies as
+// Unknown, and not ctx's cause, which could classify as anything.
+func givenUp(ctx context.Context) error {
+	return fmt.Errorf("%w: gave up while its batch ran (%v): %w", errUnknown, context.Cause(ctx), ctx.Err())
+}
+
+// onConn runs f on a connection of the pool and returns the backend that
+// ran it, with the time just before f: its pid is 0 when nothing can still
+// be running there (the connection is open, or a pooler's pid names no
+// server backend; see cleanup). A zero sent time says no connection was
+// had and nothing was sent: err is then the pool's error, marked so.
+func (s *Store) onConn(ctx context.Context, f func(querier) error) (backend, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return backend{}, outcome.MarkNotSent(err)
+	}
+	b := backend{pid: c.Conn().PgConn().PID(), sent: s.cfg.Now()}
+	err = f(s.pool.on(c))
+	if !c.Conn().IsClosed() || s.pool.pooled() {
+		b.pid = 0
+	}
+	c.Release()
+	return b, err
 }

@@ -3,12 +3,13 @@ package lease
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/pglocks/pglocks/internal/outcome"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -22,8 +23,20 @@ type batchEnv struct {
 
 func newBatchEnv(t *testing.T, names ...string) batchEnv {
 	t.Helper()
-	db := pgtest.New(t)
-	s, err := New(db.NewPool(t), Config{})
+	return newBatchEnvWith(t, nil, names...)
+}
+
+// newBatchEnvWith is newBatchEnv with prepare as the pool's PrepareConn.
+func newBatchEnvWith(t *testing.T, prepare func(context.Context, *pgx.Conn) (bool, error), names ...string) batchEnv {
+	t.Helper()
+	return newBatchEnvOn(t, pgtest.New(t), prepare, names...)
+}
+
+// newBatchEnvOn is newBatchEnvWith on db, whose lease table it creates if
+// missing.
+func newBatchEnvOn(t *testing.T, db *pgtest.DB, prepare func(context.Context, *pgx.Conn) (bool, error), names ...string) batchEnv {
+	t.Helper()
+	s, err := New(db.NewPool(t, func(c *pgxpool.Config) { c.PrepareConn = prepare }), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +47,9 @@ func newBatchEnv(t *testing.T, names ...string) batchEnv {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range names {
 		l, err := s.TryAcquire(ctx, n, time.Minute)
 		if err != nil {
@@ -82,11 +98,17 @@ func within(t *testing.T, what string, f func()) {
 
 // TestFastBatch: one batch of fast retakes. Two attempts of one name: one
 // wins. A locked row and a held row: no row, at once. An attempt whose
-// caller gave up while the batch ran: taken, then cleaned up by its
-// attempt id.
+// caller gave up while the batch ran (here: as the batch took its
+// connection): taken, then cleaned up by its attempt id.
 func TestFastBatch(t *testing.T) {
 	t.Parallel()
-	e := newBatchEnv(t, "a", "b", "c", "d")
+	var giveUp atomic.Pointer[queuedFast]
+	e := newBatchEnvWith(t, func(context.Context, *pgx.Conn) (bool, error) {
+		if q := giveUp.Swap(nil); q != nil && !q.state.CompareAndSwap(queuedWaiting, queuedAbandoned) {
+			return false, errors.New("the attempt was answered before its batch ran")
+		}
+		return true, nil
+	}, "a", "b", "c", "d")
 	if _, err := e.s.TryAcquire(e.ctx, "d", time.Minute, WithOwner(uuid.New())); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +123,7 @@ func TestFastBatch(t *testing.T) {
 		return &queuedFast{name: name, attempt: uuid.New(), o: options{owner: uuid.New()}, ttl: time.Minute, done: make(chan shot, 1)}
 	}
 	batch := []*queuedFast{q("a"), q("a"), q("b"), q("c"), q("d")}
-	batch[2].state.Store(queuedAbandoned)
+	giveUp.Store(batch[2])
 	if err := e.s.enter(); err != nil {
 		t.Fatal(err)
 	}
@@ -210,50 +232,4 @@ func (c *combiner[T]) queued() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.queue)
-}
-
-// TestQueuedCallGivesUp: a call whose ctx ends while it waits in the queue
-// was never sent, and says so (outcome Retry, not Unknown): a TryAcquire
-// took nothing; a Release leaves its lease live. A fast retake whose ctx
-// ends while its batch runs returns at once with an unknown outcome, and
-// what the batch took for it is freed once the batch is over.
-func TestQueuedCallGivesUp(t *testing.T) {
-	t.Parallel()
-	e := newBatchEnv(t, "a", "b")
-	l, err := e.s.TryAcquire(e.ctx, "held", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	busyLanes(e)
-	_, tokenA, _ := e.row(t, "a")
-	short, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
-	defer cancel()
-	if _, err := e.s.TryAcquire(short, "a", time.Minute); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry {
-		t.Fatalf("queued TryAcquire: %v (%v), want a deadline, not sent", err, outcome.Of(err))
-	}
-	if err := l.Release(short); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry {
-		t.Fatalf("queued Release: %v (%v), want a deadline, not sent", err, outcome.Of(err))
-	}
-	if owner, token, _ := e.row(t, "a"); owner != nil || token != tokenA || l.Err() != nil || e.s.fasts.queued()+e.s.rels.queued() != 0 {
-		t.Fatalf("a: owner %v token %d (was %d); lease err %v; queues %d %d", owner, token, tokenA, l.Err(), e.s.fasts.queued(), e.s.rels.queued())
-	}
-
-	gone, cancel := context.WithCancel(e.ctx)
-	errc := make(chan error, 1)
-	go func() { _, err := e.s.TryAcquire(gone, "b", time.Minute); errc <- err }()
-	waitUntil(t, "the retake of b queued", func() bool { return e.s.fasts.queued() == 1 })
-	batch := e.s.fasts.take() // the batch goroutine's part: b is in flight
-	cancel()
-	if err := <-errc; !errors.Is(err, errUnknown) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("TryAcquire given up while its batch ran: %v, want an unknown outcome", err)
-	}
-	if err := e.s.enter(); err != nil {
-		t.Fatal(err)
-	}
-	e.s.fastBatch(batch)
-	e.s.exit()
-	waitUntil(t, "b freed after the batch took it", func() bool {
-		owner, _, attempt := e.row(t, "b")
-		return owner == nil && attempt == batch[0].attempt
-	})
 }

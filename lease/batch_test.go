@@ -13,35 +13,51 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestBatches: releases and fast retakes of a store that find its direct
-// statements all in flight (here: blocked by row locks) queue and run in
-// batches. A batch waits for no row lock: a guarded or locked row holds
-// back only its own call, which then waits alone, while the other calls of
-// its batch complete.
-func TestBatches(t *testing.T) {
-	t.Parallel()
+// batchFixture is a store on a pool of its own (through PgBouncer under
+// TestViaTransactionBouncer), with a check connection.
+type batchFixture struct {
+	db    *pgtest.DB
+	pool  *pgxpool.Pool
+	s     *lease.Store
+	ctx   context.Context
+	check *pgx.Conn
+}
+
+func newBatchFixture(t *testing.T) batchFixture {
 	db := pgtest.New(t)
 	pool := poolFor(t, db, func(c *pgxpool.Config) { c.MaxConns = 24 })
-	s := newStore(t, pool, lease.Config{})
-	ctx := ctxT(t)
-	check := db.Conn(t)
-	lockWaits := func(n int) {
-		t.Helper()
-		eventually(t, time.Minute, fmt.Sprintf("%d statements waiting for a row lock", n), func() bool {
-			var c int
-			err := check.QueryRow(ctx, `select count(*) from pg_stat_activity
-				where datname = current_database() and wait_event_type = 'Lock'`).Scan(&c)
-			return err == nil && c >= n
-		})
-	}
-	names := func(prefix string, n int) []string {
-		var ns []string
-		for i := range n {
-			ns = append(ns, fmt.Sprintf("%s%d", prefix, i))
-		}
-		return ns
-	}
+	return batchFixture{db: db, pool: pool, s: newStore(t, pool, lease.Config{}), ctx: ctxT(t), check: db.Conn(t)}
+}
 
+// lockWaits waits until n statements of the database wait for a row lock.
+func (f batchFixture) lockWaits(t *testing.T, n int) {
+	t.Helper()
+	eventually(t, time.Minute, fmt.Sprintf("%d statements waiting for a row lock", n), func() bool {
+		var c int
+		err := f.check.QueryRow(f.ctx, `select count(*) from pg_stat_activity
+			where datname = current_database() and wait_event_type = 'Lock'`).Scan(&c)
+		return err == nil && c >= n
+	})
+}
+
+// names returns prefix0 … prefix{n-1}.
+func names(prefix string, n int) []string {
+	var ns []string
+	for i := range n {
+		ns = append(ns, fmt.Sprintf("%s%d", prefix, i))
+	}
+	return ns
+}
+
+// TestBatchedReleases: releases that find a store's direct statements all
+// in flight (here: blocked by guarded rows) queue and run in batches. A
+// batch waits for no row lock: a guarded row holds back only its own
+// release, which then waits alone, while the other releases of its batch
+// complete.
+func TestBatchedReleases(t *testing.T) {
+	t.Parallel()
+	f := newBatchFixture(t)
+	s, ctx, pool := f.s, f.ctx, f.pool
 	// Releases: g0 … g{n-1} are guarded, so their releases hold all the
 	// direct slots, blocked; gn is guarded too, and queued.
 	n := lease.DirectMax
@@ -67,13 +83,13 @@ func TestBatches(t *testing.T) {
 	for _, l := range guarded[:n] {
 		go func() { slow <- l.Release(ctx) }()
 	}
-	lockWaits(n)
+	f.lockWaits(t, n)
 	go func() { slow <- guarded[n].Release(ctx) }()
 	concurrently(t, free, func(l *lease.Lease) error { return l.Release(ctx) })
 	if n := countHeld(t, pool, "r%"); n != 0 {
 		t.Fatalf("%d of the batched releases left their row held", n)
 	}
-	lockWaits(n + 1) // gn's release, skipped by its batch, waits alone
+	f.lockWaits(t, n+1) // gn's release, skipped by its batch, waits alone
 	for _, tx := range txs {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
@@ -84,35 +100,25 @@ func TestBatches(t *testing.T) {
 			t.Fatalf("release of a guarded lease: %v", err)
 		}
 	}
+}
 
-	// Fast retakes of names the store released: x0 … x{n-1} are locked,
-	// so their retakes hold all the direct slots; xn is locked too, and
-	// queued.
-	for _, x := range names("x", n+1) {
-		if err := mustTry(t, s, x, time.Minute).Release(ctx); err != nil {
+// TestBatchedRetakes: retakes of names a store released that find its
+// direct statements all in flight (here: blocked by locked rows) queue and
+// run in batches; a locked row holds back only its own retake.
+func TestBatchedRetakes(t *testing.T) {
+	t.Parallel()
+	f := newBatchFixture(t)
+	s, ctx, pool := f.s, f.ctx, f.pool
+	n := lease.DirectMax
+	var free []*lease.Lease
+	for _, name := range names("r", 10) {
+		l := mustTry(t, s, name, time.Minute)
+		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+		free = append(free, l)
 	}
-	locker := db.Conn(t)
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, "select from pglocks_leases where name like 'x%' for update"); err != nil {
-		t.Fatal(err)
-	}
-	type got struct {
-		l   *lease.Lease
-		err error
-	}
-	late := make(chan got, n+1)
-	for _, x := range names("x", n+1) {
-		go func() { l, err := s.TryAcquire(ctx, x, time.Minute); late <- got{l, err} }()
-		if x == fmt.Sprintf("x%d", n-1) {
-			lockWaits(n) // the direct slots are all taken: xn queues
-		}
-	}
+	late, commit := f.blockRetakes(t, n)
 	taken := make([]*lease.Lease, len(free))
 	concurrently(t, names("r", 10), func(name string) error {
 		l, err := s.TryAcquire(ctx, name, time.Minute)
@@ -128,10 +134,8 @@ func TestBatches(t *testing.T) {
 			t.Fatalf("%s: token %d after %d", l.Name(), l.Token(), free[i].Token())
 		}
 	}
-	lockWaits(n + 1) // xn's retake, skipped by its batch, waits alone
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	f.lockWaits(t, n+1) // xn's retake, skipped by its batch, waits alone
+	commit()
 	for range n + 1 {
 		g := <-late
 		if g.err != nil {
@@ -142,6 +146,45 @@ func TestBatches(t *testing.T) {
 	concurrently(t, taken, func(l *lease.Lease) error { return l.Release(ctx) })
 	if n := countHeld(t, pool, "%"); n != 0 {
 		t.Fatalf("%d rows still held", n)
+	}
+}
+
+// tried is the outcome of a TryAcquire.
+type tried struct {
+	l   *lease.Lease
+	err error
+}
+
+// blockRetakes makes the store's retakes of x0 … x{n-1} hold all its n
+// direct slots, blocked by locked rows, and queues the retake of xn,
+// whose row is locked too. The retakes report on late once commit has
+// ended the locking transaction.
+func (f batchFixture) blockRetakes(t *testing.T, n int) (late chan tried, commit func()) {
+	t.Helper()
+	for _, x := range names("x", n+1) {
+		if err := mustTry(t, f.s, x, time.Minute).Release(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := f.db.Conn(t).Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(f.ctx, "select from pglocks_leases where name like 'x%' for update"); err != nil {
+		t.Fatal(err)
+	}
+	late = make(chan tried, n+1)
+	for _, x := range names("x", n+1) {
+		go func() { l, err := f.s.TryAcquire(f.ctx, x, time.Minute); late <- tried{l, err} }()
+		if x == fmt.Sprintf("x%d", n-1) {
+			f.lockWaits(t, n) // the direct slots are all taken: xn queues
+		}
+	}
+	return late, func() {
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

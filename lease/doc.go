@@ -92,31 +92,36 @@
 // client. A Release, and a TryAcquire or Acquire try of a name the store
 // released itself (a fast retake), runs a statement of its own while
 // fewer than four of its kind are in flight in the store; otherwise it
-// joins a queue, and one goroutine at a time runs the whole queue as one
-// statement — one round trip, one commit, one WAL flush for many calls —
-// then the queue that gathered meanwhile. Alone, a call costs what it
-// did; with 64 clients on distinct names a store does about twice the
-// pairs per second of the raw SQL (see BenchmarkThroughput). Every call
-// keeps its own result and its own three outcomes:
+// joins a queue, and one goroutine at a time runs the queue (up to 128
+// calls) as one statement — one round trip, one commit, one WAL flush for
+// many calls — then the queue that gathered meanwhile. Alone, a call
+// costs what it did; the figures are in README.md (BenchmarkThroughput).
+// Every call keeps its own result and its own three outcomes:
 //   - A batch waits for no row lock (SKIP LOCKED): a call whose row is
 //     locked (a Guard's transaction, a racing writer) gets no answer from
 //     the batch and runs its statement alone, which waits for the row and
-//     decides; so a guarded transaction holds back no other call, and two
-//     batches cannot deadlock (TestBatches).
+//     decides; so a guarded transaction holds back no other call, and no
+//     batch waits for another (TestBatchedReleases, TestBatchedRetakes).
 //   - Two tries of one name in one batch: one wins, as they would alone
 //     (TestFastBatch).
+//   - A batch that fails without running — no connection, a
+//     serialization failure, one call's input refused by the server —
+//     fails no call: each runs its statement alone (TestBatchErrorRunsAlone).
 //   - A call whose ctx ends while it is queued was never sent: TryAcquire
 //     returns an error that is not an unknown outcome, and Release leaves
 //     the lease live (TestQueuedCallGivesUp).
-//   - A call whose ctx ends while its batch runs returns at once with an
-//     unknown outcome; the batch, which runs on a context of its own so
-//     that one caller does not cancel the others' statement, finishes, and
-//     what it took for a caller that left is then freed by attempt id —
-//     after the batch's outcome is known, so that no late commit outlives
-//     the cleanup (TestQueuedCallGivesUp). An unknown Release is settled
+//   - A call whose ctx ends once a batch took it returns at once with an
+//     unknown outcome, whatever the ctx's cause (TestGivenUpInFlightIsUnknown).
+//     The batch, which runs on a context of its own so that one caller
+//     does not cancel the others' statement, leaves out the retakes given
+//     up before it sends, and frees what it took for a caller that left
+//     by attempt id after its own outcome is known, so that no late commit
+//     outlives the cleanup (TestFastBatch). An unknown Release is settled
 //     as any other (see Unknown outcomes).
 //   - A batch whose own outcome is unknown makes every call's outcome
-//     unknown, settled per call as for a statement of its own.
+//     unknown, settled per call as for a statement of its own: its
+//     backend is ended, then each acquisition is cleaned up by attempt id
+//     (TestUnknownBatch).
 //
 // # Guarantees, and the tests that hold them
 //
@@ -157,8 +162,9 @@
 //   - Calls are batched under load: a store's releases, and its retakes
 //     of names it released, that find four statements of their kind in
 //     flight queue and run as one statement (one commit) per batch, each
-//     call still getting its own result (TestBatches, TestFastBatch,
-//     TestReleaseBatch; see Batches below).
+//     call still getting its own result and outcome (TestBatchedReleases,
+//     TestBatchedRetakes, TestFastBatch, TestReleaseBatch; see Batches
+//     above).
 //   - Fencing: a stale holder's guarded write fails, and a takeover or
 //     Break waits for an open guarded transaction (TestGuardStaleHolder,
 //     TestTakeoverWaitsForGuard, TestGuardedCounterStress).

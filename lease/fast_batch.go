@@ -2,7 +2,7 @@ package lease
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -10,6 +10,29 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/pglocks/pglocks/internal/outcome"
 )
+
+// fastManySQL is fastSQL for many names in one statement and one commit:
+// the batch of a store's fast retakes that overlap in time (see
+// fastBatch). Each row of the arrays is one attempt: name, owner, TTL in
+// microseconds, hostname, pid, metadata, attempt id; RETURNING names the
+// attempts that took their row, so two attempts of one name in a batch
+// cannot both win. Rows locked by others are skipped, not waited for: such
+// an attempt, like one whose row is not released, gets no row and goes on
+// with retakeSQL alone. Like releaseManySQL, the arrays are read through
+// scalar subqueries, so that the server keeps one generic plan.
+const fastManySQL = `with lk as (
+	select l.name, k.owner, k.ttl_us, k.host, k.pid, k.meta, k.attempt from {T} l,
+		unnest((select $1::text[]), (select $2::uuid[]), (select $3::bigint[]), (select $4::text[]),
+			(select $5::int[]), (select $6::jsonb[]), (select $7::uuid[])) as k(name, owner, ttl_us, host, pid, meta, attempt)
+	where l.name = k.name and l.owner is null
+	for no key update of l skip locked
+)
+update {T} l set owner = lk.owner, attempt = lk.attempt, token = l.token + 1, ttl = lk.ttl_us * interval '1 microsecond',
+	acquired_at = clock_timestamp(), renewed_at = clock_timestamp(),
+	expires_at = clock_timestamp() + lk.ttl_us * interval '1 microsecond',
+	hostname = lk.host, pid = lk.pid, metadata = lk.meta
+from lk where l.name = lk.name and l.owner is null
+returning l.attempt, l.token, l.expires_at, {LAG}, {SYNC}`
 
 // shot is the outcome of one acquire statement for one attempt, with what
 // try needs to trust it or to settle it.
@@ -22,6 +45,9 @@ type shot struct {
 	// settled: an unknown outcome whose cleanup the batch goroutine runs
 	// once the batch's outcome is known (the caller gave up while it ran).
 	settled bool
+	// alone: the batch did not answer for the attempt (it failed without
+	// running); the caller runs its statement alone.
+	alone bool
 }
 
 // queuedFast is a fast retake waiting for a batch (see combiner).
@@ -33,12 +59,6 @@ type queuedFast struct {
 	state   atomic.Int32 // queuedWaiting, then queuedAnswered or queuedAbandoned
 	done    chan shot    // buffered: a batch never waits for its caller
 }
-
-const (
-	queuedWaiting int32 = iota
-	queuedAnswered
-	queuedAbandoned
-)
 
 // shoot runs the acquire statement of kind for one attempt: a fast retake
 // alone or in a batch, any other kind alone. An error says nothing was
@@ -57,35 +77,27 @@ func (s *Store) shoot(ctx context.Context, name string, attempt uuid.UUID, o opt
 		s.wg.Add(1) // inside enter/exit: Close waits for the batches
 		go runBatches(s, &s.fasts, s.fastBatch)
 	}
-	var sh shot
-	select {
-	case sh = <-q.done:
-	case <-ctx.Done():
-		if s.fasts.dequeue(q) {
-			return shot{}, outcome.MarkNotSent(fmt.Errorf("acquire waited for a batch: %w", context.Cause(ctx)))
-		}
-		if q.state.CompareAndSwap(queuedWaiting, queuedAbandoned) {
-			return shot{err: fmt.Errorf("acquire sent in a batch: %w", context.Cause(ctx)), settled: true}, nil
-		}
-		sh = <-q.done // answered meanwhile
+	sh, abandoned, err := await(ctx, &s.fasts, q, &q.state, q.done)
+	switch {
+	case err != nil:
+		return shot{}, err
+	case abandoned:
+		return shot{err: givenUp(ctx), settled: true}, nil
+	case sh.alone:
+		return s.shootAlone(ctx, name, attempt, o, ttl, kind)
 	}
 	return sh, nil
 }
 
 // shootAlone runs the acquire statement of kind on a connection of its own.
 func (s *Store) shootAlone(ctx context.Context, name string, attempt uuid.UUID, o options, ttl time.Duration, kind acquireKind) (shot, error) {
-	c, err := s.pool.Acquire(ctx)
-	if err != nil {
+	var r acquireResult
+	b, err := s.onConn(ctx, func(db querier) (err error) {
+		r, err = s.q.acquire(ctx, db, name, attempt, o, ttl, s.cfg, kind)
+		return err
+	})
+	if b.sent.IsZero() {
 		return shot{}, err
-	}
-	b := backend{pid: c.Conn().PgConn().PID(), sent: s.cfg.Now()}
-	r, err := s.q.acquire(ctx, s.pool.on(c), name, attempt, o, ttl, s.cfg, kind)
-	inFlight := c.Conn().IsClosed() // the server may still be running it
-	c.Release()
-	if !inFlight || s.pool.pooled() {
-		// Nothing in flight, or a pid that names no server backend (behind
-		// a pooler): nothing to end or wait for.
-		b.pid = 0
 	}
 	return shot{r: r, err: err, b: b}, nil
 }
@@ -94,36 +106,36 @@ func (s *Store) shootAlone(ctx context.Context, name string, attempt uuid.UUID, 
 // An attempt whose caller gave up while the batch ran is settled here,
 // after the batch's outcome is known: what it took is cleaned up by its
 // attempt id, and after an unknown outcome the batch's backend is ended
-// first (see cleanup), so no late commit can outlive the cleanup.
+// first (see cleanup), so no late commit can outlive the cleanup. If the
+// batch failed without running (a connection refused, one attempt's input
+// refused by the server, a serialization failure), every attempt runs
+// alone.
 func (s *Store) fastBatch(batch []*queuedFast) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	var (
-		res map[uuid.UUID]acquireResult
-		sh  shot
-	)
-	c, err := s.pool.Acquire(ctx)
-	if err != nil {
-		sh.err = outcome.MarkNotSent(err)
-	} else {
-		sh.b = backend{pid: c.Conn().PgConn().PID(), sent: s.cfg.Now()}
-		res, sh.err = s.q.fastMany(ctx, s.pool.on(c), batch, s.cfg)
-		if !c.Conn().IsClosed() || s.pool.pooled() {
-			sh.b.pid = 0
-		}
-		c.Release()
-		if sh.err == nil {
-			sh.err = ackedLate(ctx)
-		}
+	// Attempts given up before the batch took them: nothing to send.
+	batch = slices.DeleteFunc(slices.Clone(batch), func(q *queuedFast) bool { return q.state.Load() == queuedAbandoned })
+	if len(batch) == 0 {
+		return
 	}
-	unknown := outcome.Of(sh.err) == outcome.Unknown
+	var res map[uuid.UUID]acquireResult
+	b, err := s.onConn(ctx, func(db querier) (err error) {
+		res, err = s.q.fastMany(ctx, db, batch, s.cfg)
+		return err
+	})
+	if err == nil {
+		err = ackedLate(ctx)
+	}
+	unknown := outcome.Of(err) == outcome.Unknown
 	for _, q := range batch {
-		one := sh
-		one.r = res[q.attempt]
+		sh := shot{r: res[q.attempt], b: b, alone: err != nil && !unknown}
+		if unknown {
+			sh.err = err
+		}
 		if q.state.CompareAndSwap(queuedWaiting, queuedAnswered) {
-			q.done <- one
-		} else if unknown || one.r.acquired {
-			s.cleanup(q.name, q.attempt, q.ttl, one.b)
+			q.done <- sh
+		} else if unknown || sh.r.acquired {
+			s.cleanup(q.name, q.attempt, q.ttl, b)
 		}
 	}
 }

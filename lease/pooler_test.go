@@ -64,7 +64,8 @@ func TestViaTransactionBouncer(t *testing.T) {
 		"KeepAliveDetectsTakeover": TestKeepAliveDetectsTakeover,
 		"Inspect":                  TestInspect,
 		"Do":                       TestDo,
-		"Batches":                  TestBatches,
+		"BatchedReleases":          TestBatchedReleases,
+		"BatchedRetakes":           TestBatchedRetakes,
 	}
 	for mode := range execModes {
 		t.Run(mode, func(t *testing.T) {

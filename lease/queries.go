@@ -144,26 +144,7 @@ where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_
 	q.releaseSQL = r.Replace(`update {T} set owner = null, expires_at = clock_timestamp()
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp()
 returning {GIVEUP}, ` + notify("$4", "$5::bigint"))
-	// releaseMany is the release of many leases, each scoped to (name,
-	// owner, token), in one statement and one commit: the batch of a
-	// store's releases that overlap in time (see releaser). Rows locked by
-	// others (a Guard's FOR SHARE) are skipped, not waited for: one guarded
-	// transaction holds back no other release. A lease the batch does not
-	// return is released alone by releaseSQL, which waits for the row and
-	// says whether it was held. The arrays are read through scalar
-	// subqueries, so that the plan does not depend on their length: the
-	// server keeps one generic plan for the prepared statement instead of
-	// planning it again for every batch.
-	q.releaseManySQL = r.Replace(`with lk as (
-	select l.name, k.owner, k.token, k.key from {T} l,
-		unnest((select $1::text[]), (select $2::uuid[]), (select $3::bigint[]), (select $4::bigint[])) as k(name, owner, token, key)
-	where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_at > clock_timestamp()
-	for no key update of l skip locked
-)
-update {T} l set owner = null, expires_at = clock_timestamp()
-from lk where l.name = lk.name and l.owner = lk.owner and l.token = lk.token and l.expires_at > clock_timestamp()
-returning l.name, l.token, {GIVEUP},
-	case when pg_try_advisory_xact_lock(lk.key) then null else pg_notify($5, 'r' || l.name) end`)
+	q.releaseManySQL = r.Replace(releaseManySQL)
 	// cleanup frees the acquisition an ambiguous acquire attempt may have
 	// made, by the attempt's own id: it cannot touch any other.
 	q.cleanupSQL = r.Replace(`update {T} set owner = null, expires_at = clock_timestamp()
@@ -279,29 +260,6 @@ const fastSQL = `update {T} set owner = $2::uuid, attempt = $7::uuid, token = to
 	hostname = $4::text, pid = $5::int, metadata = $6::jsonb
 where name = $1::text and owner is null
 returning true, null::uuid, token, expires_at, {LAG}, {SYNC}`
-
-// fastManySQL is fastSQL for many names in one statement and one commit:
-// the batch of a store's fast retakes that overlap in time (see
-// fastBatch). Each row of the arrays is one attempt: name, owner, TTL in
-// microseconds, hostname, pid, metadata, attempt id; RETURNING names the
-// attempts that took their row, so two attempts of one name in a batch
-// cannot both win. Rows locked by others are skipped, not waited for: such
-// an attempt, like one whose row is not released, gets no row and goes on
-// with retakeSQL alone. Like releaseManySQL, the arrays are read through
-// scalar subqueries, so that the server keeps one generic plan.
-const fastManySQL = `with lk as (
-	select l.name, k.owner, k.ttl_us, k.host, k.pid, k.meta, k.attempt from {T} l,
-		unnest((select $1::text[]), (select $2::uuid[]), (select $3::bigint[]), (select $4::text[]),
-			(select $5::int[]), (select $6::jsonb[]), (select $7::uuid[])) as k(name, owner, ttl_us, host, pid, meta, attempt)
-	where l.name = k.name and l.owner is null
-	for no key update of l skip locked
-)
-update {T} l set owner = lk.owner, attempt = lk.attempt, token = l.token + 1, ttl = lk.ttl_us * interval '1 microsecond',
-	acquired_at = clock_timestamp(), renewed_at = clock_timestamp(),
-	expires_at = clock_timestamp() + lk.ttl_us * interval '1 microsecond',
-	hostname = lk.host, pid = lk.pid, metadata = lk.meta
-from lk where l.name = lk.name and l.owner is null
-returning l.attempt, l.token, l.expires_at, {LAG}, {SYNC}`
 
 // acquireKind picks the acquire statement: acquireSQL, retakeSQL or
 // fastSQL.

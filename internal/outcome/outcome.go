@@ -25,9 +25,9 @@
 //	  startup, authentication)             cause    cause decides (auth: Fatal)
 //	puddle.ErrClosedPool ("closed pool")   Fatal    the caller's pool is closed
 //	errors marked with [MarkFatal]         Fatal    e.g. a package's ErrClosed
-//	errors marked with [MarkNotSent]       Retry    a caller gave up while its
-//	                                                 request waited in a local
-//	                                                 queue: it was never sent
+//	errors marked with [MarkNotSent]       Retry    never sent (a caller gave up
+//	  that would be Unknown                          while its request waited in
+//	                                                 a local queue)
 //	PgError, severity ERROR: the statement's transaction aborted, so nothing
 //	  it wrote committed; by SQLSTATE:
 //	  55P03 lock_not_available             Busy     NOWAIT / lock_timeout met a holder
@@ -120,16 +120,21 @@ func MarkFatal(err error) error {
 	return fatalMark{err}
 }
 
-// notSentMark wraps an error that is Retry whatever it wraps.
+// notSentMark wraps an error of a request that was never sent.
 type notSentMark struct{ err error }
 
+// Error is the wrapped error's message.
 func (n notSentMark) Error() string { return n.err.Error() }
+
+// Unwrap returns the wrapped error.
 func (n notSentMark) Unwrap() error { return n.err }
 
-// MarkNotSent returns err marked as Retry for [Of], unchanged for errors.Is
-// and errors.As: the request was never sent. A caller that gave up while
-// its request waited in a local queue (a context error, which Of would
-// otherwise take for Unknown) marks the error with it.
+// MarkNotSent returns err marked as never sent: [Of] classifies it as
+// Retry where it would say Unknown (a context error, say), and as it would
+// otherwise (Fatal for a closed pool or a refused password); errors.Is and
+// errors.As see err unchanged. A caller that gave up while its request
+// waited in a local queue, or that got no connection to send it on, marks
+// the error with it.
 func MarkNotSent(err error) error {
 	if err == nil {
 		return nil
@@ -139,16 +144,21 @@ func MarkNotSent(err error) error {
 
 // Of classifies err; see the package doc for the table.
 func Of(err error) Class {
+	c := of(err)
+	var nm notSentMark
+	if c == Unknown && errors.As(err, &nm) {
+		return Retry
+	}
+	return c
+}
+
+func of(err error) Class {
 	if err == nil {
 		return OK
 	}
 	var fm fatalMark
 	if errors.As(err, &fm) || errors.Is(err, puddle.ErrClosedPool) {
 		return Fatal
-	}
-	var nm notSentMark
-	if errors.As(err, &nm) {
-		return Retry
 	}
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {

@@ -177,6 +177,15 @@ func TestOfRealErrors(t *testing.T) {
 			return err
 		}},
 		{"MarkedFatal", outcome.Fatal, "", func(env) error { return fmt.Errorf("op: %w", outcome.MarkFatal(errors.New("closed"))) }},
+		{"NotSentContext", outcome.Retry, "", func(env) error {
+			return fmt.Errorf("op: %w", outcome.MarkNotSent(fmt.Errorf("queued: %w", context.Canceled)))
+		}},
+		{"NotSentClosedPool", outcome.Fatal, "", func(e env) error {
+			pool := e.db.NewPool(e.t)
+			pool.Close()
+			_, err := pool.Acquire(context.Background())
+			return outcome.MarkNotSent(err)
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
