@@ -15,7 +15,8 @@ import (
 // overlap in time — the fast retakes of names it released (fastManySQL)
 // and the releases (releaseManySQL) — into one statement and one commit,
 // a group commit on the client. Alone, a call runs its own statement, as
-// it would without batching: up to directMax calls of a kind do at once.
+// it would without batching: up to Config.BatchAfter calls of a kind do at
+// once.
 // A call that finds them all in flight joins the kind's queue, and one
 // goroutine at a time runs the whole queue as one statement, then the
 // queue that gathered meanwhile, and so on. Under load a store then pays
@@ -47,8 +48,6 @@ type combiner[T any] struct {
 }
 
 const (
-	// directMax is how many calls of a kind run alone at once, per store.
-	directMax = 4
 	// maxBatch bounds the calls of one batch statement (and the advisory
 	// locks a release batch holds until its commit: see releaseManySQL).
 	maxBatch = 128
@@ -66,12 +65,13 @@ const (
 )
 
 // join admits it: alone (direct: run the statement alone, then call
-// alone), or queued; start says the caller must start the batch
+// alone) while fewer than limit calls run alone (any number if limit is
+// negative), else queued; start says the caller must start the batch
 // goroutine, which is then counted as running.
-func (c *combiner[T]) join(it *T) (direct, start bool) {
+func (c *combiner[T]) join(it *T, limit int) (direct, start bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.direct < directMax {
+	if c.direct < limit || limit < 0 {
 		c.direct++
 		return true, false
 	}

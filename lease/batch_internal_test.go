@@ -2,7 +2,7 @@ package lease
 
 import (
 	"context"
-	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,17 +26,20 @@ func newBatchEnv(t *testing.T, names ...string) batchEnv {
 	return newBatchEnvWith(t, nil, names...)
 }
 
-// newBatchEnvWith is newBatchEnv with prepare as the pool's PrepareConn.
-func newBatchEnvWith(t *testing.T, prepare func(context.Context, *pgx.Conn) (bool, error), names ...string) batchEnv {
+// newBatchEnvWith is newBatchEnv with a pool configured by configure.
+func newBatchEnvWith(t *testing.T, configure func(*pgxpool.Config), names ...string) batchEnv {
 	t.Helper()
-	return newBatchEnvOn(t, pgtest.New(t), prepare, names...)
+	return newBatchEnvOn(t, pgtest.New(t), configure, names...)
 }
 
 // newBatchEnvOn is newBatchEnvWith on db, whose lease table it creates if
 // missing.
-func newBatchEnvOn(t *testing.T, db *pgtest.DB, prepare func(context.Context, *pgx.Conn) (bool, error), names ...string) batchEnv {
+func newBatchEnvOn(t *testing.T, db *pgtest.DB, configure func(*pgxpool.Config), names ...string) batchEnv {
 	t.Helper()
-	s, err := New(db.NewPool(t, func(c *pgxpool.Config) { c.PrepareConn = prepare }), Config{})
+	if configure == nil {
+		configure = func(*pgxpool.Config) {}
+	}
+	s, err := New(db.NewPool(t, configure), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,17 +101,12 @@ func within(t *testing.T, what string, f func()) {
 
 // TestFastBatch: one batch of fast retakes. Two attempts of one name: one
 // wins. A locked row and a held row: no row, at once. An attempt whose
-// caller gave up while the batch ran (here: as the batch took its
-// connection): taken, then cleaned up by its attempt id.
+// caller gave up while the batch ran (here: as its statement started):
+// taken, then cleaned up by its attempt id.
 func TestFastBatch(t *testing.T) {
 	t.Parallel()
-	var giveUp atomic.Pointer[queuedFast]
-	e := newBatchEnvWith(t, func(context.Context, *pgx.Conn) (bool, error) {
-		if q := giveUp.Swap(nil); q != nil && !q.state.CompareAndSwap(queuedWaiting, queuedAbandoned) {
-			return false, errors.New("the attempt was answered before its batch ran")
-		}
-		return true, nil
-	}, "a", "b", "c", "d")
+	giveUp := &abandonOnStart{}
+	e := newBatchEnvWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = giveUp }, "a", "b", "c", "d")
 	if _, err := e.s.TryAcquire(e.ctx, "d", time.Minute, WithOwner(uuid.New())); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +121,7 @@ func TestFastBatch(t *testing.T) {
 		return &queuedFast{name: name, attempt: uuid.New(), o: options{owner: uuid.New()}, ttl: time.Minute, done: make(chan shot, 1)}
 	}
 	batch := []*queuedFast{q("a"), q("a"), q("b"), q("c"), q("d")}
-	giveUp.Store(batch[2])
+	giveUp.q.Store(batch[2])
 	if err := e.s.enter(); err != nil {
 		t.Fatal(err)
 	}
@@ -214,22 +212,54 @@ func TestReleaseBatch(t *testing.T) {
 }
 
 // busyLanes makes every call of e's store queue, and no batch run, until
-// the test takes the batches itself: both direct slots of each kind
-// count as taken, and a batch goroutine as running.
+// the test takes the batches itself: all direct slots of each kind count
+// as taken, and a batch goroutine as running.
 func busyLanes(e batchEnv) {
-	for _, c := range []interface{ busy() }{&e.s.fasts, &e.s.rels} {
-		c.busy()
+	for _, c := range []interface{ busy(int) }{&e.s.fasts, &e.s.rels} {
+		c.busy(e.s.cfg.BatchAfter)
 	}
 }
 
-func (c *combiner[T]) busy() {
+// busy takes n direct slots of c and marks a batch goroutine running.
+func (c *combiner[T]) busy(n int) {
 	c.mu.Lock()
-	c.direct, c.batching = directMax, true
+	c.direct, c.batching = n, true
 	c.mu.Unlock()
 }
 
+// queued returns the length of c's queue.
 func (c *combiner[T]) queued() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.queue)
 }
+
+// TestBatchAfterOff: a negative Config.BatchAfter never queues a call.
+func TestBatchAfterOff(t *testing.T) {
+	var c combiner[int]
+	for i := range 1000 {
+		if direct, _ := c.join(&i, -1); !direct {
+			t.Fatalf("call %d queued", i)
+		}
+	}
+	if direct, _ := c.join(new(int), 1000); direct {
+		t.Fatal("the 1001st call ran alone under a limit of 1000")
+	}
+}
+
+// abandonOnStart is a pgx tracer that abandons the queued attempt q, as its
+// caller would whose ctx ends, when a batch statement starts.
+type abandonOnStart struct{ q atomic.Pointer[queuedFast] }
+
+// TraceQueryStart abandons q at the start of fastManySQL.
+func (a *abandonOnStart) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "unnest(") {
+		if q := a.q.Swap(nil); q != nil {
+			q.state.CompareAndSwap(queuedWaiting, queuedAbandoned)
+		}
+	}
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (a *abandonOnStart) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pglocks/pglocks/internal/outcome"
 	"github.com/pglocks/pglocks/pgtest"
@@ -46,7 +46,7 @@ func TestQueuedCallGivesUp(t *testing.T) {
 	_, tokenB, _ := e.row(t, "b")
 	batch := e.s.fasts.take() // the batch goroutine's part: b is in flight
 	cancel()
-	if err := <-errc; !errors.Is(err, errUnknown) || !errors.Is(err, context.Canceled) {
+	if err := recv(t, errc); !errors.Is(err, errUnknown) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryAcquire given up while its batch ran: %v, want an unknown outcome", err)
 	}
 	if err := e.s.enter(); err != nil {
@@ -91,7 +91,7 @@ func TestGivenUpInFlightIsUnknown(t *testing.T) {
 			t.Fatalf("%s: took %d", c.what, n)
 		}
 		cancel(cause)
-		if err := <-errc; outcome.Of(err) != outcome.Unknown || !c.check(err) {
+		if err := recv(t, errc); outcome.Of(err) != outcome.Unknown || !c.check(err) {
 			t.Fatalf("%s given up while its batch ran: %v (%v), want an unknown outcome", c.what, err, outcome.Of(err))
 		}
 	}
@@ -104,25 +104,26 @@ func TestGivenUpInFlightIsUnknown(t *testing.T) {
 func TestBatchErrorRunsAlone(t *testing.T) {
 	t.Parallel()
 	e := newBatchEnv(t, "a", "b")
+	busyLanes(e)
 	bad := json.RawMessage(`{"k": "\u0000"}`)
-	batch := []*queuedFast{
-		{name: "a", attempt: uuid.New(), o: options{owner: uuid.New()}, ttl: time.Minute, done: make(chan shot, 1)},
-		{name: "b", attempt: uuid.New(), o: options{owner: uuid.New(), metadata: bad}, ttl: time.Minute, done: make(chan shot, 1)},
-	}
+	errc := make(chan error, 2)
+	go func() { _, err := e.s.TryAcquire(e.ctx, "a", time.Minute); errc <- err }()
+	waitUntil(t, "a queued", func() bool { return e.s.fasts.queued() == 1 })
+	go func() { _, err := e.s.TryAcquire(e.ctx, "b", time.Minute, WithMetadata(bad)); errc <- err }()
+	waitUntil(t, "b queued", func() bool { return e.s.fasts.queued() == 2 })
+	batch := e.s.fasts.take()
 	if err := e.s.enter(); err != nil {
 		t.Fatal(err)
 	}
 	within(t, "the batch", func() { defer e.s.exit(); e.s.fastBatch(batch) })
-	for _, q := range batch {
-		if sh := <-q.done; !sh.alone || sh.err != nil {
-			t.Fatalf("%s: %+v, want to run alone", q.name, sh)
-		}
+	if err := recv(t, errc); err != nil {
+		t.Fatalf("a, whose batch failed for b's metadata: %v", err)
 	}
-	if _, err := e.s.TryAcquire(e.ctx, "a", time.Minute); err != nil {
-		t.Fatal(err)
+	if err := recv(t, errc); outcome.Of(err) != outcome.Fatal || outcome.SQLState(err) != "22P05" {
+		t.Fatalf("b, with metadata jsonb refuses: %v", err)
 	}
-	if _, err := e.s.TryAcquire(e.ctx, "b", time.Minute, WithMetadata(bad)); outcome.Of(err) != outcome.Fatal {
-		t.Fatalf("b with metadata jsonb refuses: %v", err)
+	if owner, _, _ := e.row(t, "a"); owner == nil {
+		t.Fatal("a not held")
 	}
 }
 
@@ -146,6 +147,7 @@ func TestUnknownBatch(t *testing.T) {
 	}
 	syncStandby("nobody")
 	t.Cleanup(func() { syncStandby("") })
+	syncRepOn(t, e)
 	busyLanes(e)
 	errc := make(chan error, 2)
 	for _, n := range []string{"a", "b"} {
@@ -164,7 +166,7 @@ func TestUnknownBatch(t *testing.T) {
 		return err == nil && n == 1
 	})
 	for range 2 {
-		if err := <-errc; !errors.Is(err, errUnknown) {
+		if err := recv(t, errc); !errors.Is(err, errUnknown) {
 			t.Fatalf("a call of a batch whose outcome is unknown: %v", err)
 		}
 	}
@@ -174,4 +176,47 @@ func TestUnknownBatch(t *testing.T) {
 			return owner == nil && attempt == q.attempt
 		})
 	}
+}
+
+// recv receives from ch, failing the test after 30 s.
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing received within 30 s")
+		panic("unreachable")
+	}
+}
+
+// syncRepOn waits until commits on e's server wait for a synchronous
+// standby: a probe commit is seen waiting (then cancelled, which lets it
+// commit). A reload takes effect only once the checkpointer has read it.
+func syncRepOn(t *testing.T, e batchEnv) {
+	t.Helper()
+	probe, err := pgx.ConnectConfig(e.ctx, e.conn.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(context.Background())
+	waitUntil(t, "a commit waiting for the standby", func() bool {
+		done := make(chan error, 1)
+		go func() { _, err := probe.Exec(e.ctx, "select pg_logical_emit_message(true, 'probe', '')"); done <- err }()
+		seen := false
+		for {
+			var n int
+			err := e.conn.QueryRow(e.ctx, `select count(pg_cancel_backend(pid)) from pg_stat_activity
+				where pid = $1 and wait_event = 'SyncRep'`, probe.PgConn().PID()).Scan(&n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen = seen || n == 1
+			select {
+			case <-done:
+				return seen
+			default:
+			}
+		}
+	})
 }

@@ -60,7 +60,7 @@ func TestBatchedReleases(t *testing.T) {
 	s, ctx, pool := f.s, f.ctx, f.pool
 	// Releases: g0 … g{n-1} are guarded, so their releases hold all the
 	// direct slots, blocked; gn is guarded too, and queued.
-	n := lease.DirectMax
+	n := lease.DefaultBatchAfter
 	guarded := make([]*lease.Lease, n+1)
 	var txs []pgx.Tx
 	for i := range guarded {
@@ -109,7 +109,7 @@ func TestBatchedRetakes(t *testing.T) {
 	t.Parallel()
 	f := newBatchFixture(t)
 	s, ctx, pool := f.s, f.ctx, f.pool
-	n := lease.DirectMax
+	n := lease.DefaultBatchAfter
 	var free []*lease.Lease
 	for _, name := range names("r", 10) {
 		l := mustTry(t, s, name, time.Minute)
@@ -130,6 +130,9 @@ func TestBatchedRetakes(t *testing.T) {
 		return err
 	})
 	for i, l := range taken {
+		if l == nil {
+			t.Fatalf("r%d not taken", i)
+		}
 		if l.Token() <= free[i].Token() {
 			t.Fatalf("%s: token %d after %d", l.Name(), l.Token(), free[i].Token())
 		}
@@ -137,7 +140,12 @@ func TestBatchedRetakes(t *testing.T) {
 	f.lockWaits(t, n+1) // xn's retake, skipped by its batch, waits alone
 	commit()
 	for range n + 1 {
-		g := <-late
+		var g tried
+		select {
+		case g = <-late:
+		case <-time.After(time.Minute):
+			t.Fatal("a retake of a locked row did not return after the commit")
+		}
 		if g.err != nil {
 			t.Fatalf("retake of a locked row: %v", g.err)
 		}

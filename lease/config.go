@@ -28,6 +28,8 @@ const (
 	MaxMaxTTL = 10 * 365 * 24 * time.Hour
 	// DefaultCheckInterval is Config.CheckInterval unless set.
 	DefaultCheckInterval = 5 * time.Second
+	// DefaultBatchAfter is Config.BatchAfter unless set.
+	DefaultBatchAfter = 4
 	// MaxNameLen is the longest lease name, in bytes: well below the
 	// 2,704-byte limit of a btree index entry, and of a NOTIFY payload.
 	MaxNameLen = 1024
@@ -83,6 +85,13 @@ type Config struct {
 	// Default: 5s.
 	CheckInterval time.Duration
 
+	// BatchAfter is how many releases, and how many retakes of names it
+	// released itself, the store runs at once as statements of their own;
+	// more wait and run in batches, one statement and one commit each (see
+	// the package doc, Batches). Zero means [DefaultBatchAfter]; a negative
+	// value turns batching off.
+	BatchAfter int
+
 	// Hostname is recorded in the hostname column of every lease this store
 	// acquires, for inspection. Default: os.Hostname().
 	Hostname string
@@ -121,6 +130,9 @@ func (c Config) withDefaults() Config {
 		if c.Schema != DefaultSchema {
 			c.Channel = c.Schema + "_" + c.Table
 		}
+	}
+	if c.BatchAfter == 0 {
+		c.BatchAfter = DefaultBatchAfter
 	}
 	if c.MaxTTL == 0 {
 		c.MaxTTL = DefaultMaxTTL

@@ -91,7 +91,8 @@
 // Under load a store combines its statements, a group commit on the
 // client. A Release, and a TryAcquire or Acquire try of a name the store
 // released itself (a fast retake), runs a statement of its own while
-// fewer than four of its kind are in flight in the store; otherwise it
+// fewer than Config.BatchAfter (4 by default) of its kind are in flight
+// in the store; otherwise it
 // joins a queue, and one goroutine at a time runs the queue (up to 128
 // calls) as one statement — one round trip, one commit, one WAL flush for
 // many calls — then the queue that gathered meanwhile. Alone, a call
@@ -160,11 +161,12 @@
 //     (TestGuardHoldsBackOnlyItsLease). A Release first waits for any
 //     renewal of its lease under way, so none commits after it.
 //   - Calls are batched under load: a store's releases, and its retakes
-//     of names it released, that find four statements of their kind in
-//     flight queue and run as one statement (one commit) per batch, each
-//     call still getting its own result and outcome (TestBatchedReleases,
-//     TestBatchedRetakes, TestFastBatch, TestReleaseBatch; see Batches
-//     above).
+//     of names it released, that find Config.BatchAfter statements of
+//     their kind in flight queue and run as one statement (one commit)
+//     per batch, each call still getting its own result and outcome
+//     (TestBatchedReleases, TestBatchedRetakes, TestFastBatch,
+//     TestReleaseBatch; see Batches above); the chaos suite's workers
+//     batch with BatchAfter 1.
 //   - Fencing: a stale holder's guarded write fails, and a takeover or
 //     Break waits for an open guarded transaction (TestGuardStaleHolder,
 //     TestTakeoverWaitsForGuard, TestGuardedCounterStress).

@@ -42,7 +42,3 @@ func Polling(s *Store) bool {
 
 // PollInterval is pollInterval, for test logs.
 const PollInterval = pollInterval
-
-// DirectMax is how many calls of a kind a store runs alone at once before
-// it batches them.
-const DirectMax = directMax

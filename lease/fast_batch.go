@@ -68,7 +68,7 @@ func (s *Store) shoot(ctx context.Context, name string, attempt uuid.UUID, o opt
 		return s.shootAlone(ctx, name, attempt, o, ttl, kind)
 	}
 	q := &queuedFast{name: name, attempt: attempt, o: o, ttl: ttl, done: make(chan shot, 1)}
-	direct, start := s.fasts.join(q)
+	direct, start := s.fasts.join(q, s.cfg.BatchAfter)
 	if direct {
 		defer s.fasts.alone()
 		return s.shootAlone(ctx, name, attempt, o, ttl, kind)
@@ -113,14 +113,15 @@ func (s *Store) shootAlone(ctx context.Context, name string, attempt uuid.UUID, 
 func (s *Store) fastBatch(batch []*queuedFast) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	// Attempts given up before the batch took them: nothing to send.
-	batch = slices.DeleteFunc(slices.Clone(batch), func(q *queuedFast) bool { return q.state.Load() == queuedAbandoned })
-	if len(batch) == 0 {
-		return
-	}
 	var res map[uuid.UUID]acquireResult
 	b, err := s.onConn(ctx, func(db querier) (err error) {
-		res, err = s.q.fastMany(ctx, db, batch, s.cfg)
+		// Attempts given up before this point (while the batch waited for
+		// its connection, say) are left out: nothing is sent for them.
+		send := slices.DeleteFunc(slices.Clone(batch), func(q *queuedFast) bool { return q.state.Load() == queuedAbandoned })
+		if len(send) == 0 {
+			return nil
+		}
+		res, err = s.q.fastMany(ctx, db, send, s.cfg)
 		return err
 	})
 	if err == nil {

@@ -30,7 +30,7 @@ const releaseManySQL = `with lk as (
 )
 update {T} l set owner = null, expires_at = clock_timestamp()
 from lk where l.name = lk.name and l.owner = lk.owner and l.token = lk.token and l.expires_at > clock_timestamp()
-returning l.name, l.token, {GIVEUP},
+returning l.name, lk.owner, l.token, {GIVEUP},
 	case when pg_try_advisory_xact_lock(lk.key) then null else pg_notify($5, 'r' || l.name) end`
 
 // queuedRelease is a release waiting for a batch (see combiner).
@@ -57,7 +57,7 @@ type batchResult struct {
 // inside enter/exit.
 func (s *Store) releaseOnce(ctx context.Context, name string, owner uuid.UUID, token int64) (bool, error) {
 	q := &queuedRelease{name: name, owner: owner, token: token, done: make(chan batchResult, 1)}
-	direct, start := s.rels.join(q)
+	direct, start := s.rels.join(q, s.cfg.BatchAfter)
 	if direct {
 		defer s.rels.alone()
 		return s.releaseAlone(ctx, name, owner, token)
@@ -103,7 +103,7 @@ func (s *Store) releaseBatch(batch []*queuedRelease) {
 	unknown := err != nil && outcome.Of(err) == outcome.Unknown
 	for _, q := range batch {
 		var res batchResult
-		switch k := (releasedRow{q.name, q.token}); {
+		switch k := (releasedRow{q.name, q.owner, q.token}); {
 		case unknown:
 			res.err = fmt.Errorf("release batch: %w", err)
 		case err == nil && released[k]:
@@ -116,9 +116,10 @@ func (s *Store) releaseBatch(batch []*queuedRelease) {
 	}
 }
 
-// releasedRow names a row a release batch released.
+// releasedRow is an acquisition a release batch released.
 type releasedRow struct {
 	name  string
+	owner uuid.UUID
 	token int64
 }
 
@@ -140,10 +141,14 @@ func (q queries) releaseMany(ctx context.Context, db querier, batch []*queuedRel
 	defer rows.Close()
 	released := make(map[releasedRow]bool, len(batch))
 	for rows.Next() {
-		var k releasedRow
-		if err := rows.Scan(&k.name, &k.token, nil, nil); err != nil {
+		var (
+			k     releasedRow
+			owner pgtype.UUID
+		)
+		if err := rows.Scan(&k.name, &owner, &k.token, nil, nil); err != nil {
 			return nil, err // a reply not understood: Unknown
 		}
+		k.owner = owner.Bytes
 		released[k] = true
 	}
 	return released, rows.Err()
