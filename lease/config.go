@@ -29,7 +29,7 @@ const (
 	// DefaultCheckInterval is Config.CheckInterval unless set.
 	DefaultCheckInterval = 5 * time.Second
 	// DefaultBatchAfter is Config.BatchAfter unless set.
-	DefaultBatchAfter = 4
+	DefaultBatchAfter = 8
 	// MaxNameLen is the longest lease name, in bytes: well below the
 	// 2,704-byte limit of a btree index entry, and of a NOTIFY payload.
 	MaxNameLen = 1024

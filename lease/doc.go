@@ -91,7 +91,7 @@
 // Under load a store combines its statements, a group commit on the
 // client. A Release, and a TryAcquire or Acquire try of a name the store
 // released itself (a fast retake), runs a statement of its own while
-// fewer than Config.BatchAfter (4 by default) of its kind are in flight
+// fewer than Config.BatchAfter (8 by default) of its kind are in flight
 // in the store; otherwise it
 // joins a queue, and one goroutine at a time runs the queue (up to 128
 // calls) as one statement — one round trip, one commit, one WAL flush for

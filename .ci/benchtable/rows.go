@@ -67,7 +67,7 @@ func (t *table) leaseRows(row func(op, format string, args ...any)) {
 			return f2(t.ratio(lt, "Throughput/Distinct/"+c, "Throughput/"+name+"/"+c, "pairs/s"))
 		}
 	}
-	row("lease `TryAcquire` + `Release` pairs/s, distinct names, 8 / 16 / 32 / 64 clients (a store batches its calls when four of a kind are in flight)",
+	row("lease `TryAcquire` + `Release` pairs/s, distinct names, 8 / 16 / 32 / 64 clients (a store batches its calls when eight of a kind are in flight)",
 		"%s; raw pair %s, ours/raw per run (median) %s; raw pair with a lazy release %s, ours/that %s",
 		each(clients, per("Distinct")), each(clients, per("RawDistinct")), each(clients, vs("RawDistinct")),
 		each(clients, per("RawDistinctLazy")), each(clients, vs("RawDistinctLazy")))
