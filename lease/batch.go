@@ -55,14 +55,35 @@ const (
 	batchTimeout = 30 * time.Second
 )
 
-// The states of a queued call: waiting, then answered by its batch or
-// abandoned by its caller (whose ctx ended while the batch ran), exactly
-// one of the two.
+// The states of a queued call's ticket: waiting, then answered by its
+// batch or abandoned by its caller (whose ctx ended while the batch ran),
+// exactly one of the two.
 const (
 	queuedWaiting int32 = iota
 	queuedAnswered
 	queuedAbandoned
 )
+
+// ticket is where a queued call gets its answer R from its batch.
+type ticket[R any] struct {
+	state atomic.Int32 // queuedWaiting, then queuedAnswered or queuedAbandoned
+	done  chan R       // buffered: a batch never waits for its caller
+}
+
+func newTicket[R any]() ticket[R] { return ticket[R]{done: make(chan R, 1)} }
+
+// answer hands r to the call, unless its caller abandoned it; it reports
+// whether it did.
+func (t *ticket[R]) answer(r R) bool {
+	if !t.state.CompareAndSwap(queuedWaiting, queuedAnswered) {
+		return false
+	}
+	t.done <- r
+	return true
+}
+
+// abandoned reports whether the call's caller gave up on it.
+func (t *ticket[R]) abandoned() bool { return t.state.Load() == queuedAbandoned }
 
 // join admits it: alone (direct: run the statement alone, then call
 // alone) while fewer than limit calls run alone (any number if limit is
@@ -114,33 +135,42 @@ func (c *combiner[T]) take() []*T {
 	return batch
 }
 
-// runBatches runs the batches of c with run until the queue is empty. The
-// caller counted it in s.wg.
-func runBatches[T any](s *Store, c *combiner[T], run func([]*T)) {
-	defer s.wg.Done()
-	for batch := c.take(); batch != nil; batch = c.take() {
-		run(batch)
+// admit admits it to c (see join) under the store's Config.BatchAfter and
+// starts the batch goroutine, counted in s.wg, when it must; run runs a
+// batch. It reports whether the caller runs its statement alone, after
+// which it calls c.alone. The caller must be inside enter/exit.
+func admit[T any](s *Store, c *combiner[T], it *T, run func([]*T)) (direct bool) {
+	direct, start := c.join(it, s.cfg.BatchAfter)
+	if start {
+		s.wg.Add(1) // inside enter/exit: Close waits for the batches
+		go func() {
+			defer s.wg.Done()
+			for batch := c.take(); batch != nil; batch = c.take() {
+				run(batch)
+			}
+		}()
 	}
+	return direct
 }
 
-// await waits for the answer to it, a call queued in c, on done, or for
-// ctx to end. A call still queued then is taken out of the queue: it was
-// never sent (an error marked with outcome.MarkNotSent). A call a batch
-// took is abandoned (abandoned true) unless its answer came meanwhile:
-// its outcome is unknown, whatever ctx's cause says.
-func await[T, R any](ctx context.Context, c *combiner[T], it *T, state *atomic.Int32, done <-chan R) (r R, abandoned bool, err error) {
+// await waits for the answer to it, a call queued in c, on its ticket t,
+// or for ctx to end. A call still queued then is taken out of the queue:
+// it was never sent (an error marked with outcome.MarkNotSent). A call a
+// batch took is abandoned (abandoned true) unless its answer came
+// meanwhile: its outcome is unknown, whatever ctx's cause says.
+func await[T, R any](ctx context.Context, c *combiner[T], it *T, t *ticket[R]) (r R, abandoned bool, err error) {
 	select {
-	case r = <-done:
+	case r = <-t.done:
 		return r, false, nil
 	case <-ctx.Done():
 	}
 	if c.dequeue(it) {
 		return r, false, outcome.MarkNotSent(fmt.Errorf("waited for a batch: %w", ctx.Err()))
 	}
-	if state.CompareAndSwap(queuedWaiting, queuedAbandoned) {
+	if t.state.CompareAndSwap(queuedWaiting, queuedAbandoned) {
 		return r, true, nil
 	}
-	return <-done, false, nil // answered meanwhile
+	return <-t.done, false, nil // answered meanwhile
 }
 
 // givenUp is the error of a call whose ctx ended while its batch ran: an

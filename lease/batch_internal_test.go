@@ -118,7 +118,7 @@ func TestFastBatch(t *testing.T) {
 	e.lockRow(t, locker, "c")
 	_, tokenA, _ := e.row(t, "a")
 	q := func(name string) *queuedFast {
-		return &queuedFast{name: name, attempt: uuid.New(), o: options{owner: uuid.New()}, ttl: time.Minute, done: make(chan shot, 1)}
+		return &queuedFast{name: name, attempt: uuid.New(), o: options{owner: uuid.New()}, ttl: time.Minute, ticket: newTicket[shot]()}
 	}
 	batch := []*queuedFast{q("a"), q("a"), q("b"), q("c"), q("d")}
 	giveUp.q.Store(batch[2])
@@ -187,9 +187,9 @@ func TestReleaseBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := func(l *Lease) *queuedRelease {
-		return &queuedRelease{name: l.name, owner: l.owner, token: l.token, done: make(chan batchResult, 1)}
+		return &queuedRelease{name: l.name, owner: l.owner, token: l.token, ticket: newTicket[batchResult]()}
 	}
-	gone := &queuedRelease{name: "gone", owner: uuid.New(), token: 1, done: make(chan batchResult, 1)}
+	gone := &queuedRelease{name: "gone", owner: uuid.New(), token: 1, ticket: newTicket[batchResult]()}
 	batch := []*queuedRelease{q(a), q(a), q(g), gone}
 	within(t, "the batch", func() { e.s.releaseBatch(batch) })
 	var got []bool

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,8 +55,7 @@ type queuedFast struct {
 	attempt uuid.UUID
 	o       options
 	ttl     time.Duration
-	state   atomic.Int32 // queuedWaiting, then queuedAnswered or queuedAbandoned
-	done    chan shot    // buffered: a batch never waits for its caller
+	ticket[shot]
 }
 
 // shoot runs the acquire statement of kind for one attempt: a fast retake
@@ -67,17 +65,12 @@ func (s *Store) shoot(ctx context.Context, name string, attempt uuid.UUID, o opt
 	if kind != acquireFast {
 		return s.shootAlone(ctx, name, attempt, o, ttl, kind)
 	}
-	q := &queuedFast{name: name, attempt: attempt, o: o, ttl: ttl, done: make(chan shot, 1)}
-	direct, start := s.fasts.join(q, s.cfg.BatchAfter)
-	if direct {
+	q := &queuedFast{name: name, attempt: attempt, o: o, ttl: ttl, ticket: newTicket[shot]()}
+	if admit(s, &s.fasts, q, s.fastBatch) {
 		defer s.fasts.alone()
 		return s.shootAlone(ctx, name, attempt, o, ttl, kind)
 	}
-	if start {
-		s.wg.Add(1) // inside enter/exit: Close waits for the batches
-		go runBatches(s, &s.fasts, s.fastBatch)
-	}
-	sh, abandoned, err := await(ctx, &s.fasts, q, &q.state, q.done)
+	sh, abandoned, err := await(ctx, &s.fasts, q, &q.ticket)
 	switch {
 	case err != nil:
 		return shot{}, err
@@ -117,7 +110,7 @@ func (s *Store) fastBatch(batch []*queuedFast) {
 	b, err := s.onConn(ctx, func(db querier) (err error) {
 		// Attempts given up before this point (while the batch waited for
 		// its connection, say) are left out: nothing is sent for them.
-		send := slices.DeleteFunc(slices.Clone(batch), func(q *queuedFast) bool { return q.state.Load() == queuedAbandoned })
+		send := slices.DeleteFunc(slices.Clone(batch), func(q *queuedFast) bool { return q.abandoned() })
 		if len(send) == 0 {
 			return nil
 		}
@@ -133,9 +126,7 @@ func (s *Store) fastBatch(batch []*queuedFast) {
 		if unknown {
 			sh.err = err
 		}
-		if q.state.CompareAndSwap(queuedWaiting, queuedAnswered) {
-			q.done <- sh
-		} else if unknown || sh.r.acquired {
+		if !q.answer(sh) && (unknown || sh.r.acquired) {
 			s.cleanup(q.name, q.attempt, q.ttl, b)
 		}
 	}

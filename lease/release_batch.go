@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -38,8 +37,7 @@ type queuedRelease struct {
 	name  string
 	owner uuid.UUID
 	token int64
-	state atomic.Int32     // queuedWaiting, then queuedAnswered or queuedAbandoned
-	done  chan batchResult // buffered: a batch never waits for its caller
+	ticket[batchResult]
 }
 
 // batchResult is a batch's outcome for one release: released, or the
@@ -56,17 +54,12 @@ type batchResult struct {
 // acquisition, frees the row whichever commits first. The caller must be
 // inside enter/exit.
 func (s *Store) releaseOnce(ctx context.Context, name string, owner uuid.UUID, token int64) (bool, error) {
-	q := &queuedRelease{name: name, owner: owner, token: token, done: make(chan batchResult, 1)}
-	direct, start := s.rels.join(q, s.cfg.BatchAfter)
-	if direct {
+	q := &queuedRelease{name: name, owner: owner, token: token, ticket: newTicket[batchResult]()}
+	if admit(s, &s.rels, q, s.releaseBatch) {
 		defer s.rels.alone()
 		return s.releaseAlone(ctx, name, owner, token)
 	}
-	if start {
-		s.wg.Add(1) // inside enter/exit: Close waits for the batches
-		go runBatches(s, &s.rels, s.releaseBatch)
-	}
-	res, abandoned, err := await(ctx, &s.rels, q, &q.state, q.done)
+	res, abandoned, err := await(ctx, &s.rels, q, &q.ticket)
 	switch {
 	case err != nil:
 		return false, err
@@ -100,7 +93,7 @@ func (s *Store) releaseBatch(batch []*queuedRelease) {
 		released, err = s.q.releaseMany(ctx, db, batch)
 		return err
 	})
-	unknown := err != nil && outcome.Of(err) == outcome.Unknown
+	unknown := outcome.Of(err) == outcome.Unknown
 	for _, q := range batch {
 		var res batchResult
 		switch k := (releasedRow{q.name, q.owner, q.token}); {
@@ -110,9 +103,7 @@ func (s *Store) releaseBatch(batch []*queuedRelease) {
 			res.released = true
 			delete(released, k) // a second release of the lease runs alone, and finds it released
 		}
-		if q.state.CompareAndSwap(queuedWaiting, queuedAnswered) {
-			q.done <- res
-		}
+		q.answer(res)
 	}
 }
 
