@@ -147,9 +147,11 @@ func (c *cluster) crash(ctx context.Context, pick func(n int) int) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
+	// The admin pool's sessions die too: drop them all (a dead idle one
+	// would fail the next check with an unexpected EOF); a ping fails
+	// until a new one connects after the recovery.
+	c.admin.Reset()
 	for {
-		// The admin pool's sessions die too; a ping fails until one
-		// reconnects after the recovery.
 		if err := c.admin.Ping(ctx); err == nil {
 			return nil
 		}
@@ -283,7 +285,9 @@ func (c *cluster) partition(i int, d time.Duration) error {
 func (c *cluster) restart(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	return c.db.Server.Restart(ctx)
+	err := c.db.Server.Restart(ctx)
+	c.admin.Reset() // its sessions died with the server
+	return err
 }
 
 // shutdown ends every worker gracefully (SIGTERM; SIGKILL after a minute)

@@ -106,20 +106,20 @@ func TestBatchErrorRunsAlone(t *testing.T) {
 	e := newBatchEnv(t, "a", "b")
 	busyLanes(e)
 	bad := json.RawMessage(`{"k": "\u0000"}`)
-	errc := make(chan error, 2)
-	go func() { _, err := e.s.TryAcquire(e.ctx, "a", time.Minute); errc <- err }()
+	errA, errB := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := e.s.TryAcquire(e.ctx, "a", time.Minute); errA <- err }()
 	waitUntil(t, "a queued", func() bool { return e.s.fasts.queued() == 1 })
-	go func() { _, err := e.s.TryAcquire(e.ctx, "b", time.Minute, WithMetadata(bad)); errc <- err }()
+	go func() { _, err := e.s.TryAcquire(e.ctx, "b", time.Minute, WithMetadata(bad)); errB <- err }()
 	waitUntil(t, "b queued", func() bool { return e.s.fasts.queued() == 2 })
 	batch := e.s.fasts.take()
 	if err := e.s.enter(); err != nil {
 		t.Fatal(err)
 	}
 	within(t, "the batch", func() { defer e.s.exit(); e.s.fastBatch(batch) })
-	if err := recv(t, errc); err != nil {
+	if err := recv(t, errA); err != nil {
 		t.Fatalf("a, whose batch failed for b's metadata: %v", err)
 	}
-	if err := recv(t, errc); outcome.Of(err) != outcome.Fatal || outcome.SQLState(err) != "22P05" {
+	if err := recv(t, errB); outcome.Of(err) != outcome.Fatal || outcome.SQLState(err) != "22P05" {
 		t.Fatalf("b, with metadata jsonb refuses: %v", err)
 	}
 	if owner, _, _ := e.row(t, "a"); owner == nil {
