@@ -62,7 +62,7 @@ func refuseTransactionPooling(ctx context.Context, pool *pgxpool.Config, conn di
 	if err != nil {
 		return err
 	}
-	if mode == pooler.Transaction {
+	if !mode.KeepsSession() {
 		return outcome.MarkFatal(ErrTransactionPooling)
 	}
 	return nil

@@ -169,7 +169,8 @@ func minPositive(a, b time.Duration) time.Duration {
 }
 
 // transactionPooled probes a connection that is behind a pooler and
-// reports whether the pooler is in transaction mode; then the store polls
+// reports whether the pooler moves sessions (transaction or statement
+// mode); then the store polls, and says so once at Info
 // (see [listener.startPolling]): a LISTEN there would be registered on
 // whichever server session ran it, its interest locks stranded there, and
 // its lock_timeout left to the next client. A failed probe counts as
@@ -181,7 +182,9 @@ func (lis *listener) transactionPooled(ctx context.Context, poolCfg *pgxpool.Con
 	if err != nil {
 		return true
 	}
-	if mode == pooler.Transaction {
+	if !mode.KeepsSession() {
+		lis.s.cfg.Logger.Info("lease: the pool is behind a pooler that moves sessions ("+mode.String()+"), where LISTEN does not work: waiting Acquires poll",
+			"every", pollInterval)
 		lis.startPolling()
 		return true
 	}

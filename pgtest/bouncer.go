@@ -29,7 +29,34 @@ const (
 	// one transaction only; consecutive statements of one client may run on
 	// different server sessions (pool_mode = transaction).
 	PoolTransaction PoolMode = "transaction"
+	// PoolStatement lends a server session to a client for one statement
+	// only and refuses transactions of several statements (pool_mode =
+	// statement): a client's BEGIN ends its connection.
+	PoolStatement PoolMode = "statement"
 )
+
+// BouncerOption changes one setting of a [Bouncer] from pgtest's default.
+type BouncerOption func(*bouncerSettings)
+
+type bouncerSettings struct {
+	poolSize   int
+	roundRobin bool
+}
+
+// BouncerPoolSize sets how many server sessions the bouncer opens per
+// database and user (default_pool_size). Default: 200. Values below 1
+// count as 1.
+func BouncerPoolSize(n int) BouncerOption {
+	return func(s *bouncerSettings) { s.poolSize = max(n, 1) }
+}
+
+// BouncerRoundRobin makes the bouncer hand out its idle server sessions in
+// turn, the least recently used first (server_round_robin = 1), instead of
+// the most recently used first (PgBouncer's default): the reuse order of a
+// bouncer in front of a load balancer.
+func BouncerRoundRobin() BouncerOption {
+	return func(s *bouncerSettings) { s.roundRobin = true }
+}
 
 // ErrNoBouncer is returned by [StartBouncer] when no pgbouncer binary is
 // found (PGTEST_PGBOUNCER, PATH, /usr/sbin/pgbouncer).
@@ -42,6 +69,7 @@ var ErrNoBouncer = errors.New("pgtest: no pgbouncer binary (install Debian's pgb
 // [Bouncer.Close]; should the process die first, a watchdog kills it.
 type Bouncer struct {
 	mode   PoolMode
+	set    bouncerSettings
 	dir    string
 	port   int
 	reaper *reaper
@@ -53,11 +81,11 @@ type Bouncer struct {
 }
 
 // StartBouncer starts pgbouncer in mode in front of s, which must be
-// reached over TCP, and returns once it accepts connections. ctx bounds
-// only the start.
-func StartBouncer(ctx context.Context, s *Server, mode PoolMode) (*Bouncer, error) {
-	if mode != PoolSession && mode != PoolTransaction {
-		return nil, fmt.Errorf("pgtest: pool mode %q: want %q or %q", mode, PoolSession, PoolTransaction)
+// reached over TCP, with opts changing its defaults, and returns once it
+// accepts connections. ctx bounds only the start.
+func StartBouncer(ctx context.Context, s *Server, mode PoolMode, opts ...BouncerOption) (*Bouncer, error) {
+	if mode != PoolSession && mode != PoolTransaction && mode != PoolStatement {
+		return nil, fmt.Errorf("pgtest: pool mode %q: want %q, %q or %q", mode, PoolSession, PoolTransaction, PoolStatement)
 	}
 	bin, err := bouncerBinary()
 	if err != nil {
@@ -70,7 +98,10 @@ func StartBouncer(ctx context.Context, s *Server, mode PoolMode) (*Bouncer, erro
 	if strings.HasPrefix(target.Host, "/") {
 		return nil, errNoTCP
 	}
-	b := &Bouncer{mode: mode}
+	b := &Bouncer{mode: mode, set: bouncerSettings{poolSize: 200}}
+	for _, o := range opts {
+		o(&b.set)
+	}
 	if b.dir, err = os.MkdirTemp("", "pgtest-pgbouncer-"); err != nil {
 		return nil, err
 	}
@@ -144,7 +175,8 @@ func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 		"auth_file = " + filepath.Join(b.dir, "userlist.txt"),
 		"pool_mode = " + string(b.mode),
 		"max_client_conn = 2000",
-		"default_pool_size = 200",
+		"default_pool_size = " + strconv.Itoa(b.set.poolSize),
+		"server_round_robin = " + strconv.Itoa(b2i(b.set.roundRobin)),
 		"ignore_startup_parameters = extra_float_digits",
 		"logfile = " + filepath.Join(b.dir, "pgbouncer.log"),
 		"admin_users = " + target.User,
@@ -157,6 +189,13 @@ func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(b.dir, "pgbouncer.ini"), []byte(ini), 0o644)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // iniQuote quotes a value for pgbouncer's connection strings and user list.

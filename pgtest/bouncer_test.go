@@ -110,9 +110,71 @@ func TestBouncerTransaction(t *testing.T) {
 	closeAndCheck(t, b, direct, db.Name)
 }
 
+// pooler is a Bouncer or a Pgpool.
+type pooler interface {
+	Close() error
+	Addr() string
+}
+
+// TestBouncerRoundRobin: a bouncer with BouncerRoundRobin and a pool of
+// two hands a client's consecutive statements to the two server sessions
+// in turn (the least recently used first), as the server sees it.
+func TestBouncerRoundRobin(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	b, dsn := db.Bouncer(t, pgtest.PoolTransaction, pgtest.BouncerPoolSize(2), pgtest.BouncerRoundRobin())
+	dsn += "&default_query_exec_mode=simple_protocol"
+	c1, c2 := connect(t, dsn), connect(t, dsn)
+	ctx := ctxT(t, 30*time.Second)
+	tx, err := c2.Begin(ctx) // two server sessions open at once, both idle after
+	if err != nil {
+		t.Fatal(err)
+	}
+	backendOf(t, c1)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int32
+	for range 4 {
+		p, _ := backendOf(t, c1)
+		pids = append(pids, p)
+	}
+	t.Logf("one client's statements ran on backends %v", pids)
+	for i := 1; i < len(pids); i++ {
+		if pids[i] == pids[i-1] {
+			t.Fatalf("consecutive statements on backend %d: not in turn (%v)", pids[i], pids)
+		}
+	}
+	direct := db.Conn(t)
+	var n int
+	if err := direct.QueryRow(ctx, "select count(distinct pid) from pg_stat_activity where datname = $1 and pid = any($2)", db.Name, pids).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("server sessions of the pool: %d (%v), want 2", n, err)
+	}
+	closeAndCheck(t, b, direct, db.Name)
+}
+
+// TestBouncerStatement: a statement-mode bouncer runs single statements
+// and ends a client that opens a transaction.
+func TestBouncerStatement(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	b, dsn := db.Bouncer(t, pgtest.PoolStatement)
+	c := connect(t, dsn+"&default_query_exec_mode=simple_protocol")
+	backendOf(t, c)
+	ctx := ctxT(t, 30*time.Second)
+	_, err := c.Exec(ctx, "begin")
+	if err == nil {
+		_, err = c.Exec(ctx, "select 1")
+	}
+	if err == nil || !strings.Contains(err.Error(), "statement pooling") {
+		t.Fatalf("a transaction through statement pooling: %v, want it refused", err)
+	}
+	closeAndCheck(t, b, db.Conn(t), db.Name)
+}
+
 // closeAndCheck closes b and waits until the server has no session left in
-// dbname but direct's, and the bouncer's files are gone.
-func closeAndCheck(t *testing.T, b *pgtest.Bouncer, direct *pgx.Conn, dbname string) {
+// dbname but direct's, and the pooler's files are gone.
+func closeAndCheck(t *testing.T, b pooler, direct *pgx.Conn, dbname string) {
 	t.Helper()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/internal/ident"
-	"github.com/pglocks/pglocks/internal/pooler"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -73,10 +72,15 @@ func doctor(ctx context.Context, pool *pgxpool.Pool, schema, table string, needs
 	row("server", "PostgreSQL "+f.version+", "+role)
 	row("pooler", f.mode.String())
 	sessionNote := ""
-	if f.mode == pooler.Transaction {
+	if !f.mode.KeepsSession() {
 		sessionNote = "not tried: it would be stranded on a pooled server session"
 	}
 	row("session lock kept between statements", yesNo(f.sessionOK, sessionNote))
+	txNote := ""
+	if !f.txOK {
+		txNote = "refused: a BEGIN ends the connection"
+	}
+	row("transactions (BEGIN … COMMIT)", yesNo(f.txOK, txNote))
 	row("NOTIFY arrives", yesNo(f.notifyOK, f.notifyNote))
 	switch {
 	case !f.tableOK:

@@ -17,6 +17,7 @@ type findings struct {
 	version    string
 	standby    bool
 	mode       pooler.Mode
+	txOK       bool   // a transaction of several statements ran
 	sessionOK  bool   // a session lock was still held at the next statement
 	notifyOK   bool   // a NOTIFY from another connection arrived
 	notifyNote string // why not, or how long it took
@@ -48,12 +49,13 @@ func examine(ctx context.Context, pool *pgxpool.Pool, schema, table string) (*fi
 	if f.mode, err = pooler.Probe(ctx, pool.Config(), conn); err != nil {
 		return nil, err
 	}
-	if f.mode != pooler.Transaction { // there a lock or LISTEN would be stranded
+	if f.mode.KeepsSession() { // elsewhere a lock or LISTEN would be stranded
 		f.sessionOK = sessionLockKept(ctx, conn.Conn)
 		f.notifyOK, f.notifyNote = notifyArrives(ctx, pool, conn.Conn)
 	} else {
-		f.notifyNote = "not tried: transaction pooling drops LISTEN"
+		f.notifyNote = "not tried: " + f.mode.String() + " drops LISTEN"
 	}
+	f.txOK = transactionRuns(ctx, pool)
 	if err := f.readTable(ctx, pool, schema, table); err != nil {
 		return nil, err
 	}
@@ -75,6 +77,23 @@ func sessionLockKept(ctx context.Context, conn *pgx.Conn) bool {
 	err := conn.QueryRow(ctx, `select exists (select from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()
 		and granted and (classid::int8 << 32 | objid::int8) = `+key+`)`, pgx.QueryExecModeSimpleProtocol).Scan(&ok)
 	return err == nil && ok
+}
+
+// transactionRuns runs a transaction of several statements on a
+// connection of its own, as Guard, XactLock and every BEGIN of the
+// caller's do: statement pooling refuses it (and ends that connection).
+func transactionRuns(ctx context.Context, pool *pgxpool.Pool) bool {
+	conn, err := dial.Dedicated(ctx, pool.Config(), dial.Options{ApplicationName: "pglocks doctor"})
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, sql := range []string{"begin", "select 1", "commit"} { // one message each, as a driver sends them
+		if _, err := conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // notifyArrives LISTENs on conn and NOTIFYs from a pool connection.
@@ -149,8 +168,13 @@ func (f *findings) safe() (why, notes map[string]string) {
 			why[feature] = reason
 		}
 	}
-	if f.mode == pooler.Transaction {
-		add("session-locks", "transaction pooling: refused (advisory.ErrTransactionPooling)")
+	if !f.txOK {
+		add("xact-locks", "transactions refused (statement pooling ends the connection at BEGIN)")
+		add("leases", "transactions refused: Lease.Guard cannot fence writes")
+		add("leader", "transactions refused: Term.Guard cannot fence writes")
+	}
+	if !f.mode.KeepsSession() {
+		add("session-locks", f.mode.String()+": refused (advisory.ErrTransactionPooling)")
 		notes["leader"] = "lease-only campaign (leader.ModeAuto falls back to it): failover after a crash within the TTL"
 	} else if !f.sessionOK {
 		add("session-locks", "a session lock was not held at the next statement")

@@ -79,6 +79,21 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("status %d with --need=session-locks, want 1", code)
 		}
 	})
+	// The second review's C7: statement pooling was reported as
+	// transaction pooling, and xact-locks, leases and leader as safe,
+	// though its every BEGIN ends the connection.
+	t.Run("StatementBouncer", func(t *testing.T) {
+		_, dsn := db.Bouncer(t, pgtest.PoolStatement)
+		out, code := doctorRun(t, dsn, "--need=xact-locks")
+		if code != 1 {
+			t.Errorf("status %d with --need=xact-locks behind statement pooling, want 1", code)
+		}
+		wantLine(t, out, "pooler", "statement mode")
+		wantLine(t, out, "transactions", "no")
+		for _, f := range []string{"session-locks", "xact-locks", "leases", "leader", "listen"} {
+			wantLine(t, out, "feature "+f, "NOT SAFE")
+		}
+	})
 	t.Run("NoPrivilege", func(t *testing.T) {
 		conn := db.Conn(t)
 		ctx := t.Context()

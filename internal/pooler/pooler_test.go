@@ -90,3 +90,46 @@ func TestProbeUnderTraffic(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestProbeRoundRobin is the second review's C1: a transaction-mode
+// PgBouncer that hands out its idle server sessions in turn
+// (server_round_robin = 1) with two of them. The first connection's
+// statement and the second's transaction alternated between the two in
+// lockstep, so the first always found its own session and the second
+// never landed on it: the probe said Session.
+func TestProbeRoundRobin(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	_, dsn := db.Bouncer(t, pgtest.PoolTransaction, pgtest.BouncerPoolSize(2), pgtest.BouncerRoundRobin())
+	warm(t, dsn, 2)
+	for i := range 5 {
+		if m := probe(t, dsn); m != pooler.Transaction {
+			t.Fatalf("probe %d: says %v behind a round-robin transaction-mode PgBouncer with 2 server sessions", i, m)
+		}
+	}
+}
+
+// warm opens n server sessions behind a pooler at once, so that it keeps
+// n idle ones afterwards.
+func warm(t *testing.T, dsn string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var conns []*pgx.Conn
+	for range n {
+		c, err := pgx.Connect(ctx, dsn+"&default_query_exec_mode=simple_protocol")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "begin"); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		if _, err := c.Exec(ctx, "commit"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
