@@ -17,7 +17,17 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func probe(t *testing.T, dsn string) pooler.Mode {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	m, err := probeErr(t, dsn, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// probeErr dials a connection on dsn and probes it within d.
+func probeErr(t *testing.T, dsn string, d time.Duration) (pooler.Mode, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -27,12 +37,8 @@ func probe(t *testing.T, dsn string) pooler.Mode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(ctx)
-	m, err := pooler.Probe(ctx, cfg, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	defer c.Close(context.WithoutCancel(ctx))
+	return pooler.Probe(ctx, cfg, c)
 }
 
 // TestProbe: the probe names what really stands between client and server:
@@ -109,26 +115,26 @@ func TestProbeRoundRobin(t *testing.T) {
 	}
 }
 
-// warm opens n server sessions behind a pooler at once, so that it keeps
-// n idle ones afterwards.
+// warm makes a pooler open n server sessions at once (n clients each in
+// a statement that sleeps, which any pooling mode allows), so that it
+// keeps n idle ones afterwards.
 func warm(t *testing.T, dsn string, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var conns []*pgx.Conn
+	errs := make(chan error, n)
 	for range n {
-		c, err := pgx.Connect(ctx, dsn+"&default_query_exec_mode=simple_protocol")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "begin"); err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
+		go func() {
+			c, err := pgx.Connect(ctx, dsn+"&default_query_exec_mode=simple_protocol")
+			if err == nil {
+				_, err = c.Exec(ctx, "select pg_sleep(0.2)")
+				_ = c.Close(ctx)
+			}
+			errs <- err
+		}()
 	}
-	for _, c := range conns {
-		if _, err := c.Exec(ctx, "commit"); err != nil {
+	for range n {
+		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
