@@ -31,15 +31,20 @@
 // transaction-mode pooler use transaction locks, or the lease package.
 //
 // A Locker checks: when it opens a session whose startup process id is not
-// its backend's (a pooler announces its own), it probes with a second
-// connection whether the pooler keeps each client on one server session,
-// and behind transaction pooling every session-lock operation fails with
-// [ErrTransactionPooling], at once and without retrying (tested through a
-// real PgBouncer: TestTransactionPoolingRefused; the behaviour tests pass
-// through a session-mode PgBouncer: TestViaSessionBouncer). The probe
-// relies on the pooler reusing a free server session for the next client,
-// as PgBouncer does; a pooler that hands out sessions otherwise may go
-// undetected, so do not rely on the check alone. [Lock.PID] is the
+// its backend's (a pooler announces its own), it probes whether the pooler
+// keeps each client on one server session — it marks the session with a
+// session setting and reads the mark back several times in a row, from a
+// second connection's open transaction, and again while that transaction
+// is open — and behind transaction or statement pooling every session-lock
+// operation fails with [ErrTransactionPooling], at once and without
+// retrying. The verdict rests on session state the server shows, whatever
+// order the pooler reuses its server sessions in (TestPoolerMatrix: PgBouncer
+// in every mode, most recently used first and in turn, pools of 1 to 20;
+// TestTransactionPoolingRefused; the behaviour tests pass through a
+// session-mode PgBouncer: TestViaSessionBouncer). A pooler that announces
+// the pid of the server session it lends first is taken for no pooler, so
+// do not rely on the check alone with other poolers; Pgpool-II does that
+// and keeps each client on its backend, rightly so. [Lock.PID] is the
 // backend's real pid, read after connecting. Transaction locks run their
 // statement in pgx.QueryExecModeExec when the connection caches prepared
 // statements (pgx's default), so they work behind transaction pooling in

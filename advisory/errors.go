@@ -55,14 +55,14 @@ var (
 
 	// ErrTransactionPooling is returned by every session-lock operation of
 	// a [Locker] whose pool reaches PostgreSQL through a pooler in
-	// transaction mode (PgBouncer pool_mode=transaction, RDS Proxy,
-	// Supavisor on port 6543), found by a probe when the Locker opens a
+	// transaction or statement mode (PgBouncer pool_mode=transaction or
+	// statement, RDS Proxy, Supavisor on port 6543), found by a probe when the Locker opens a
 	// session: there a session lock would stay on whichever server session
 	// ran the statement, held for nobody, or be "released" on another. It
 	// is not retried. Use [XactLock] and its kin, or the lease package,
 	// behind such a pooler, or give the Locker a pool that reaches
 	// PostgreSQL directly or through a session-mode pooler.
-	ErrTransactionPooling = errors.New("advisory: session locks refused: the pool reaches PostgreSQL through a pooler in transaction mode (use XactLock or leases, or a direct or session-mode connection)")
+	ErrTransactionPooling = errors.New("advisory: session locks refused: the pool reaches PostgreSQL through a pooler in transaction or statement mode (use XactLock or leases, or a direct or session-mode connection)")
 )
 
 // opError says which operation on which key failed, and wraps why.
