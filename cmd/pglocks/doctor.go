@@ -48,18 +48,23 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	// QueryExecModeExec works behind any pooler: doctor must not fail
 	// where it is asked to look.
-	pool, err := connect(ctx, *dsn, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
+	// The write check uses the DSN's own exec mode, as the user's pool would.
+	var userMode pgx.QueryExecMode
+	pool, err := connect(ctx, *dsn, func(c *pgxpool.Config) {
+		userMode = c.ConnConfig.DefaultQueryExecMode
+		c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	return doctor(ctx, pool, *schema, *table, needs, stdout)
+	return doctor(ctx, pool, userMode, *schema, *table, needs, stdout)
 }
 
-func doctor(ctx context.Context, pool *pgxpool.Pool, schema, table string, needs []string, stdout io.Writer) error {
+func doctor(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode, schema, table string, needs []string, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	f, err := examine(ctx, pool, schema, table)
+	f, err := examine(ctx, pool, userMode, schema, table)
 	if err != nil {
 		return fail(exitUnavailable, "doctor: %v", err)
 	}
@@ -81,6 +86,7 @@ func doctor(ctx context.Context, pool *pgxpool.Pool, schema, table string, needs
 		txNote = "refused: a BEGIN ends the connection"
 	}
 	row("transactions (BEGIN … COMMIT)", yesNo(f.txOK, txNote))
+	row("autocommitted writes committed", yesNo(f.writeOK, f.writeNote))
 	row("NOTIFY arrives", yesNo(f.notifyOK, f.notifyNote))
 	switch {
 	case !f.tableOK:

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,8 @@ type findings struct {
 	standby    bool
 	mode       pooler.Mode
 	txOK       bool   // a transaction of several statements ran
+	writeOK    bool   // an autocommitted UPDATE through the pool was committed
+	writeNote  string // why it could not be checked
 	sessionOK  bool   // a session lock was still held at the next statement
 	notifyOK   bool   // a NOTIFY from another connection arrived
 	notifyNote string // why not, or how long it took
@@ -32,7 +35,7 @@ type findings struct {
 
 // examine runs every check on pool's database. Only a failure to reach the
 // server is an error; each check that cannot run says why in findings.
-func examine(ctx context.Context, pool *pgxpool.Pool, schema, table string) (*findings, error) {
+func examine(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode, schema, table string) (*findings, error) {
 	f := &findings{table: schema + "." + table}
 	err := pool.QueryRow(ctx, `select current_setting('server_version'), pg_is_in_recovery(),
 		current_setting('max_locks_per_transaction')::int8 *
@@ -58,6 +61,13 @@ func examine(ctx context.Context, pool *pgxpool.Pool, schema, table string) (*fi
 	f.txOK = transactionRuns(ctx, pool)
 	if err := f.readTable(ctx, pool, schema, table); err != nil {
 		return nil, err
+	}
+	f.writeOK, f.writeNote = true, "not tried: needs the lease table and UPDATE on it"
+	if f.tableOK && !slices.Contains(f.privs, "UPDATE") && !f.standby {
+		if f.writeOK, err = writesCommit(ctx, pool, userMode, conn.Conn, pgx.Identifier{schema, table}.Sanitize()); err != nil {
+			return nil, err
+		}
+		f.writeNote = ""
 	}
 	if err := f.readSettings(ctx, pool); err != nil {
 		return nil, err
@@ -94,6 +104,29 @@ func transactionRuns(ctx context.Context, pool *pgxpool.Pool) bool {
 		}
 	}
 	return true
+}
+
+// writesCommit runs an UPDATE of the lease table that changes nothing
+// through pool, as the user's exec mode sends it, and then looks whether the
+// server session that ran it was left inside a transaction: Pgpool-II in
+// raw mode wraps extended-protocol DML in a transaction it does not
+// commit, so a lease release would stay uncommitted and the lease held.
+// other, a connection of its own, looks (the pool's next statement could
+// run inside that very transaction).
+func writesCommit(ctx context.Context, pool *pgxpool.Pool, mode pgx.QueryExecMode, other *pgx.Conn, qual string) (bool, error) {
+	mark := fmt.Sprintf("pglocks doctor %d", time.Now().UnixNano())
+	c, err := pool.Acquire(ctx) // held while other looks: released, pgxpool would close it
+	if err != nil {
+		return false, err
+	}
+	defer c.Release()
+	if _, err := c.Exec(ctx, "update "+qual+" set name = name where name = $1 and false /* "+mark+" */", mode, mark); err != nil {
+		return false, err
+	}
+	var open bool
+	err = other.QueryRow(ctx, `select exists (select from pg_stat_activity where datname = current_database()
+		and state like 'idle in transaction%' and position($1 in query) > 0)`, pgx.QueryExecModeSimpleProtocol, mark).Scan(&open)
+	return !open, err
 }
 
 // notifyArrives LISTENs on conn and NOTIFYs from a pool connection.
@@ -167,6 +200,10 @@ func (f *findings) safe() (why, notes map[string]string) {
 		if why[feature] == "" {
 			why[feature] = reason
 		}
+	}
+	if !f.writeOK {
+		add("leases", "an autocommitted UPDATE was left in an open transaction by the pooler (Pgpool-II with the extended protocol: use default_query_exec_mode=simple_protocol)")
+		add("leader", "autocommitted writes are not committed by the pooler")
 	}
 	if !f.txOK {
 		add("xact-locks", "transactions refused (statement pooling ends the connection at BEGIN)")

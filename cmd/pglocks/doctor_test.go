@@ -94,6 +94,22 @@ func TestDoctor(t *testing.T) {
 			wantLine(t, out, "feature "+f, "NOT SAFE")
 		}
 	})
+	// Pgpool-II in raw mode leaves extended-protocol DML (pgx's default)
+	// in a transaction it never commits: a lease release would not count.
+	t.Run("Pgpool", func(t *testing.T) {
+		_, dsn := db.Pgpool(t, true)
+		out, code := doctorRun(t, dsn, "--need=leases")
+		if code != 1 {
+			t.Errorf("status %d with --need=leases through Pgpool-II and the extended protocol, want 1", code)
+		}
+		wantLine(t, out, "autocommitted writes committed", "no")
+		wantLine(t, out, "feature leases", "simple_protocol")
+		out, code = doctorRun(t, dsn+"&default_query_exec_mode=simple_protocol", "--need=session-locks,leases,listen,leader")
+		if code != 0 {
+			t.Errorf("status %d through Pgpool-II with the simple protocol, want 0", code)
+		}
+		wantLine(t, out, "autocommitted writes committed", "yes")
+	})
 	t.Run("NoPrivilege", func(t *testing.T) {
 		conn := db.Conn(t)
 		ctx := t.Context()
