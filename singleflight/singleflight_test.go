@@ -25,12 +25,18 @@ func TestMain(m *testing.M) {
 // locker, results in the default table.
 func group(t *testing.T, dsn string, ttl time.Duration) (*singleflight.Group, *singleflight.Table) {
 	t.Helper()
+	return groupWith(t, dsn, ttl, advisory.Config{})
+}
+
+// groupWith is group with the locker configured by cfg.
+func groupWith(t *testing.T, dsn string, ttl time.Duration, cfg advisory.Config) (*singleflight.Group, *singleflight.Table) {
+	t.Helper()
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	locker, err := advisory.New(pool, advisory.Config{})
+	locker, err := advisory.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
