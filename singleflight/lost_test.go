@@ -105,6 +105,7 @@ func testLostLockNotStored(t *testing.T, cfgA advisory.Config) {
 	closed(t, "B's fn to start", bStarted)
 
 	a := recv(t, "A's Do", aDone)
+	t.Logf("A's Do: %q, %v, %v", a.value, a.from, a.err)
 	if a.err == nil || !errors.Is(a.err, advisory.ErrLost) || !strings.Contains(a.err.Error(), "not stored") {
 		t.Errorf("A's Do = %q, %v, %v; want an error wrapping advisory.ErrLost that says the result was not stored", a.value, a.from, a.err)
 	}
