@@ -23,10 +23,10 @@
 // it all along. With a [FencedResults] — [Table] is one — the statement
 // that writes the result checks that itself: it writes only if pg_locks
 // shows the lock's session (its pid and, where the Table's role may read
-// its backend_start, its start time) holding the key exclusively, and
-// checks again after waiting for another store's row, so a store never
-// overwrites a result computed under a later hold (but see an unknown
-// outcome, below). With any other Results, Do puts the result only after
+// its backend_start, its start time) holding the key exclusively, and,
+// when it meets another store's row, checks again once it holds that row
+// (after waiting for that store to end), so a store never overwrites a
+// result computed under a later hold (but see an unknown outcome, below). With any other Results, Do puts the result only after
 // one round trip on the lock's session, sent after fn returned, was
 // answered while the lock was held ([advisory.Lock.Verify]).
 //
@@ -44,8 +44,9 @@
 // after the check, the result still commits — it was computed under the
 // lock. Until the commit is visible (the rest of the statement, the WAL
 // flush and, with synchronous replication, the standby's answer), a
-// caller that took the freed lock finds no result and runs fn again; its
-// store waits for the first one's row and then replaces it.
+// caller that took the freed lock finds no result and runs fn again — not
+// at the same time as the first fn, which returned before the check — and
+// its store waits for the first one's row and then replaces it.
 //
 // With a Results that cannot fence (Put only), the lock is known held only
 // up to the send of the verifying round trip. A Put that lands after the

@@ -20,8 +20,8 @@ var ErrNotStored = errors.New("singleflight: result not stored")
 // ErrStoreUnknown is wrapped by [Group.Do]'s error when the store of fn's
 // value was sent but not answered (the connection broke, ctx ended): the
 // value may or may not be stored. With a [FencedResults] such as [Table]
-// it is stored only if the lock's session held the lock when the store's
-// statement ran.
+// it is stored only if the store's own check, whenever it ran, found the
+// lock's session holding the key.
 var ErrStoreUnknown = errors.New("singleflight: store outcome unknown: the result may have been stored")
 
 // Results stores results by key, each with a TTL.
@@ -34,11 +34,13 @@ type Results interface {
 }
 
 // FencedResults is a [Results] that can make a store conditional on a
-// lock, checked by the store itself: PutHeld stores value only if lock's
-// session holds lock's key when the write is made, in the same statement
-// or transaction as the write, and otherwise stores nothing and returns an
-// error wrapping [ErrNotStored] and [advisory.ErrLost]. [Group.Do] uses
-// PutHeld instead of Put when its Results has it. [Table] implements it.
+// lock, checked by the store itself: PutHeld writes value only if lock's
+// session holds lock's key, checked in the same statement or transaction
+// as the write, and otherwise stores nothing and returns an error wrapping
+// [ErrNotStored] and [advisory.ErrLost]. (The commit follows the check: it
+// may land just after the session ended; see the package doc.) [Group.Do]
+// uses PutHeld instead of Put when its Results has it. [Table] implements
+// it; a wrapper around a Table must implement PutHeld too to keep it.
 type FencedResults interface {
 	Results
 	// PutHeld is Put, fenced by lock (an exclusive lock, held).
@@ -92,12 +94,14 @@ var errNilGroup = errors.New("singleflight: nil *Group")
 // stored; fn runs under the lock, with a ctx cancelled if the lock is
 // lost. fn's error is returned, not stored.
 //
-// fn's result is stored only if the lock held from before fn started
-// until the store (see the package doc for how that is checked); when it
-// did not, Do returns an error wrapping [ErrNotStored] and
-// [advisory.ErrLost]. A store that failed returns an error wrapping
-// [ErrNotStored], one whose outcome is unknown an error wrapping
-// [ErrStoreUnknown]; in every error case the value returned is nil.
+// fn's result is stored only if the lock was still held after fn
+// returned: checked by the store's own statement with a [FencedResults]
+// such as [Table], else by a round trip on the lock's session just before
+// Put (see the package doc for what each leaves open). When it was not,
+// Do returns an error wrapping [ErrNotStored] and [advisory.ErrLost]; a
+// store that failed, an error wrapping [ErrNotStored]; a store whose
+// outcome is unknown, an error wrapping [ErrStoreUnknown]. With any
+// error the value returned is nil.
 func (g *Group) Do(ctx context.Context, key string, fn func(ctx context.Context) ([]byte, error)) ([]byte, Source, error) {
 	if err := g.check(ctx, fn); err != nil {
 		return nil, 0, err
@@ -125,10 +129,9 @@ func (g *Group) locked(ctx context.Context, lk *advisory.Lock, key, name string,
 		return v, Waited, wrap(key, "get", err)
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(lk.Context(), func() { cancel(context.Cause(lk.Context())) })
+	defer cancel(nil)
+	defer context.AfterFunc(lk.Context(), func() { cancel(context.Cause(lk.Context())) })()
 	value, err = fn(fctx)
-	stop()
-	cancel(nil)
 	from = Waited
 	if err == nil {
 		from = Computed
