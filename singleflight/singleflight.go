@@ -1,20 +1,3 @@
-// Package singleflight runs a function once across processes for
-// concurrent calls with the same key (seed 004's deduplication): the first
-// caller takes the key's advisory lock, computes, and stores the result
-// with a TTL; the others wait on the lock and then read the stored result
-// instead of computing it again. Later calls read it until it expires.
-//
-// Results are stored by a [Results] implementation: [Table] keeps them in
-// a PostgreSQL table; any other cache (Redis, memcached, a blob store) can
-// implement the two methods.
-//
-// What it guarantees: while a result is stored and unexpired, fn does not
-// run again for its key; two calls never run fn for one key at the same
-// time while the lock is held (the lock is exclusive across every process
-// on the database). What it does not: an fn whose lock is lost mid-way
-// (its session died) may overlap a second one — its ctx is cancelled and
-// its result is not stored; errors are not stored, so the next caller runs
-// fn again.
 package singleflight
 
 import (
@@ -25,7 +8,21 @@ import (
 
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
+
+// ErrNotStored is wrapped by [Group.Do]'s error when fn returned a value
+// that was not stored: the lock was lost before the store, or the store
+// failed. [Table.PutHeld] returns it (with [advisory.ErrLost]) when the
+// lock's session no longer holds the lock.
+var ErrNotStored = errors.New("singleflight: result not stored")
+
+// ErrStoreUnknown is wrapped by [Group.Do]'s error when the store of fn's
+// value was sent but not answered (the connection broke, ctx ended): the
+// value may or may not be stored. With a [FencedResults] such as [Table]
+// it is stored only if the store's own check, whenever it ran, found the
+// lock's session holding the key.
+var ErrStoreUnknown = errors.New("singleflight: store outcome unknown: the result may have been stored")
 
 // Results stores results by key, each with a TTL.
 type Results interface {
@@ -34,6 +31,20 @@ type Results interface {
 	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
 	// Put stores value for key until ttl has passed, replacing any.
 	Put(ctx context.Context, key string, value []byte, ttl time.Duration) error
+}
+
+// FencedResults is a [Results] that can make a store conditional on a
+// lock, checked by the store itself: PutHeld writes value only if lock's
+// session holds lock's key, checked in the same statement or transaction
+// as the write, and otherwise stores nothing and returns an error wrapping
+// [ErrNotStored] and [advisory.ErrLost]. (The commit follows the check: it
+// may land just after the session ended; see the package doc.) [Group.Do]
+// uses PutHeld instead of Put when its Results has it. [Table] implements
+// it; a wrapper around a Table must implement PutHeld too to keep it.
+type FencedResults interface {
+	Results
+	// PutHeld is Put, fenced by lock (an exclusive lock, held).
+	PutHeld(ctx context.Context, lock *advisory.Lock, key string, value []byte, ttl time.Duration) error
 }
 
 // Source says where [Group.Do]'s value came from.
@@ -82,6 +93,15 @@ var errNilGroup = errors.New("singleflight: nil *Group")
 // on the key's lock (ctx bounds the wait) and then read what the first
 // stored; fn runs under the lock, with a ctx cancelled if the lock is
 // lost. fn's error is returned, not stored.
+//
+// fn's result is stored only if the lock was still held after fn
+// returned: checked by the store's own statement with a [FencedResults]
+// such as [Table], else by a round trip on the lock's session just before
+// Put (see the package doc for what each leaves open). When it was not,
+// Do returns an error wrapping [ErrNotStored] and [advisory.ErrLost]; a
+// store that failed, an error wrapping [ErrNotStored]; a store whose
+// outcome is unknown, an error wrapping [ErrStoreUnknown]. With any
+// error the value returned is nil.
 func (g *Group) Do(ctx context.Context, key string, fn func(ctx context.Context) ([]byte, error)) ([]byte, Source, error) {
 	if err := g.check(ctx, fn); err != nil {
 		return nil, 0, err
@@ -90,29 +110,74 @@ func (g *Group) Do(ctx context.Context, key string, fn func(ctx context.Context)
 	if v, ok, err := g.Results.Get(ctx, name); err != nil || ok {
 		return v, Hit, wrap(key, "get", err)
 	}
-	var (
-		value []byte
-		from  = Waited
-	)
-	err := g.Locker.Do(ctx, pglocks.KeyOf(name), func(ctx context.Context) error {
-		v, ok, err := g.Results.Get(ctx, name) // the holder before us may have stored it
-		if err != nil || ok {
-			value = v
-			return wrap(key, "get", err)
-		}
-		if value, err = fn(ctx); err != nil {
-			return err
-		}
-		from = Computed
-		if ctx.Err() != nil { // the lock was lost: another call may be computing
-			return context.Cause(ctx)
-		}
-		return wrap(key, "put", g.Results.Put(ctx, name, value, g.TTL))
-	})
+	lk, err := g.Locker.Lock(ctx, pglocks.KeyOf(name))
+	if err != nil {
+		return nil, Waited, err
+	}
+	value, from, err := g.locked(ctx, lk, key, name, fn)
 	if err != nil {
 		return nil, from, err
 	}
 	return value, from, nil
+}
+
+// locked does Do's work under lk, and unlocks lk even if fn panics.
+func (g *Group) locked(ctx context.Context, lk *advisory.Lock, key, name string, fn func(context.Context) ([]byte, error)) (value []byte, from Source, err error) {
+	defer func() { err = errors.Join(err, g.unlock(ctx, lk)) }()
+	v, ok, err := g.Results.Get(ctx, name) // the holder before us may have stored it
+	if err != nil || ok {
+		return v, Waited, wrap(key, "get", err)
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(lk.Context(), func() { cancel(context.Cause(lk.Context())) })()
+	value, err = fn(fctx)
+	from = Waited
+	if err == nil {
+		from = Computed
+	}
+	if lerr := lk.Err(); lerr != nil { // another call may be computing
+		return nil, from, errors.Join(fmt.Errorf("%w (key %q): the lock was lost while fn ran: %w", ErrNotStored, key, lerr), err)
+	}
+	if err != nil {
+		return nil, from, err
+	}
+	return value, from, g.store(ctx, lk, key, name, value)
+}
+
+// store stores fn's value: fenced by lk in the same statement when
+// Results can do that, else after one answered round trip on lk's session.
+func (g *Group) store(ctx context.Context, lk *advisory.Lock, key, name string, value []byte) error {
+	var err error
+	if f, ok := g.Results.(FencedResults); ok {
+		err = f.PutHeld(ctx, lk, name, value, g.TTL)
+	} else if err = lk.Verify(ctx); err != nil {
+		return fmt.Errorf("%w (key %q): the lock was not verified after fn returned: %w", ErrNotStored, key, err)
+	} else {
+		err = g.Results.Put(ctx, name, value, g.TTL)
+	}
+	switch {
+	case err == nil, errors.Is(err, ErrNotStored), errors.Is(err, ErrStoreUnknown):
+		return err
+	case outcome.Of(err) == outcome.Unknown:
+		return fmt.Errorf("%w (key %q): %w", ErrStoreUnknown, key, err)
+	}
+	return fmt.Errorf("%w (key %q): put: %w", ErrNotStored, key, err)
+}
+
+// unlock releases lk unless it has ended already: a lock lost before the
+// store made Do's error say so; one lost after it leaves the stored
+// result as valid as before.
+func (g *Group) unlock(ctx context.Context, lk *advisory.Lock) error {
+	if lk.Err() != nil {
+		return nil
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.Locker.Config().QueryTimeout)
+	defer cancel()
+	if err := lk.Unlock(uctx); err != nil && lk.Err() == nil {
+		return err
+	}
+	return nil
 }
 
 func (g *Group) check(ctx context.Context, fn func(context.Context) ([]byte, error)) error {

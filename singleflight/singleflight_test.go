@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/pgtest"
 	"github.com/pglocks/pglocks/singleflight"
@@ -25,12 +26,18 @@ func TestMain(m *testing.M) {
 // locker, results in the default table.
 func group(t *testing.T, dsn string, ttl time.Duration) (*singleflight.Group, *singleflight.Table) {
 	t.Helper()
+	return groupWith(t, dsn, ttl, advisory.Config{})
+}
+
+// groupWith is group with the locker configured by cfg.
+func groupWith(t *testing.T, dsn string, ttl time.Duration, cfg advisory.Config) (*singleflight.Group, *singleflight.Table) {
+	t.Helper()
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	locker, err := advisory.New(pool, advisory.Config{})
+	locker, err := advisory.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,5 +161,29 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := singleflight.NewTable(nil, "", ""); err == nil {
 		t.Error("NewTable(nil pool) accepted")
+	}
+}
+
+// TestPanicUnlocks: a panicking fn's panic goes on to Do's caller, and the
+// key's lock is released first: the next call computes.
+func TestPanicUnlocks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := ctxT(t)
+	g, _ := group(t, db.DSN, time.Minute)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want fn's panic", r)
+			}
+		}()
+		_, _, _ = g.Do(ctx, "k", func(context.Context) ([]byte, error) { panic("boom") })
+	}()
+	v, from, err := g.Do(ctx, "k", func(context.Context) ([]byte, error) { return []byte("v"), nil })
+	if err != nil || from != singleflight.Computed || string(v) != "v" {
+		t.Errorf("Do after a panic = %q, %v, %v; want v, computed", v, from, err)
+	}
+	if held, err := g.Locker.IsHeld(ctx, pglocks.KeyOf("singleflight:k")); err != nil || held {
+		t.Errorf("key held after Do = %v, %v", held, err)
 	}
 }
