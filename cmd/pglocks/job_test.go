@@ -297,5 +297,5 @@ func linesAfter(t *testing.T, path string, at time.Time) (int, time.Time) {
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return s[(len(s)-1)/2]
 }

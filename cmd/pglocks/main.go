@@ -85,6 +85,9 @@ type exitCode int
 func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
 
 func main() {
+	if code, ok := superviseIfAsked(); ok { // pglocks run's own child
+		os.Exit(code)
+	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
