@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -24,7 +25,7 @@ type direct struct {
 	cmd       *exec.Cmd
 	group     bool
 	killAfter time.Duration
-	stopping  chan struct{}
+	stopping  sync.Once
 	exited    chan struct{}
 	werr      error
 }
@@ -36,7 +37,7 @@ func startJob(argv []string, killAfter time.Duration, _ io.Writer) (job, error) 
 	if err := cmd.Start(); err != nil {
 		return nil, fail(exitUsage, "start %s: %v", argv[0], err)
 	}
-	d := &direct{cmd: cmd, group: group, killAfter: killAfter, stopping: make(chan struct{}), exited: make(chan struct{})}
+	d := &direct{cmd: cmd, group: group, killAfter: killAfter, exited: make(chan struct{})}
 	go d.wait()
 	return d, nil
 }
@@ -61,14 +62,10 @@ func (d *direct) forward(sig os.Signal) {
 }
 
 func (d *direct) stop() {
-	select {
-	case <-d.stopping:
-		return
-	default:
-		close(d.stopping)
-	}
-	signalJob(d.cmd.Process, d.group, syscall.SIGTERM)
-	time.AfterFunc(d.killAfter, func() { signalJob(d.cmd.Process, d.group, os.Kill) })
+	d.stopping.Do(func() {
+		signalJob(d.cmd.Process, d.group, syscall.SIGTERM)
+		time.AfterFunc(d.killAfter, func() { signalJob(d.cmd.Process, d.group, os.Kill) })
+	})
 }
 
 func (d *direct) done() <-chan struct{} { return d.exited }

@@ -81,17 +81,17 @@ func TestRunStopsTheWholeJob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newJobEnv(t, tc.flags)
-			var lastLine, death []time.Duration
+			var lastLine, death, exit []time.Duration
 			for i := range trials {
 				f := e.trial(t, i, tc.script, tc.killed)
-				lastLine, death = append(lastLine, f.lastLine), append(death, f.death)
+				lastLine, death, exit = append(lastLine, f.lastLine), append(death, f.death), append(exit, f.exit)
 			}
-			what := "pglocks' exit 76"
-			if tc.killed {
-				what = "the kill -9 of pglocks"
+			t.Logf("%s, %d trials: latest worker line after %s: max %v, median %v; worker's death after it: max %v, median %v",
+				tc.name, trials, event(tc.killed), slices.Max(lastLine), median(lastLine), slices.Max(death), median(death))
+			if !tc.killed {
+				t.Logf("%s: pglocks exited 76 after the loss (terminate or break done): max %v, median %v",
+					tc.name, slices.Max(exit), median(exit))
 			}
-			t.Logf("%d trials: latest worker line after %s: max %v, median %v; worker's death after it: max %v, median %v",
-				trials, what, slices.Max(lastLine), median(lastLine), slices.Max(death), median(death))
 		})
 	}
 }
@@ -116,8 +116,9 @@ func newJobEnv(t *testing.T, flags []string) jobEnv {
 }
 
 // figures are one trial's: the latest worker line and the worker's death,
-// after pglocks exited 76 (a loss) or was SIGKILLed.
-type figures struct{ lastLine, death time.Duration }
+// after pglocks exited 76 (a loss) or was SIGKILLed; after a loss, how
+// long pglocks took to exit (to notice the loss and stop the job).
+type figures struct{ lastLine, death, exit time.Duration }
 
 // trial runs the job, loses the lock or kills pglocks once the worker is
 // writing, and checks that the worker is gone in time.
@@ -131,6 +132,7 @@ func (e jobEnv) trial(t *testing.T, i int, script string, killed bool) figures {
 	w := watchWorker(t, pidFile)
 	waitLines(t, lines, 2)
 	var at time.Time
+	var exit time.Duration
 	bound := time.Duration(0) // a loss: pglocks exits once the job is gone
 	if killed {
 		bound = killedBound
@@ -140,10 +142,12 @@ func (e jobEnv) trial(t *testing.T, i int, script string, killed bool) figures {
 		at = time.Now()
 	} else {
 		e.loseLock(t, name)
+		lost := time.Now()
 		if code := h.wait(t); code != 76 {
 			t.Fatalf("trial %d: status %d after the lock was lost, want 76", i, code)
 		}
 		at = time.Now()
+		exit = at.Sub(lost)
 	}
 	if !w.exitedBy(at.Add(bound)) {
 		w.exitedBy(at.Add(bound + time.Second)) // let it show how it goes on
@@ -158,7 +162,7 @@ func (e jobEnv) trial(t *testing.T, i int, script string, killed bool) figures {
 	if killed {
 		<-h.errc // pglocks reaped; CMD's stdout closed
 	}
-	return figures{lastLine: last.Sub(at), death: w.diedAt().Sub(at)}
+	return figures{lastLine: last.Sub(at), death: w.diedAt().Sub(at), exit: exit}
 }
 
 func event(killed bool) string {

@@ -65,8 +65,10 @@ func supervise(args []string) int {
 	if err != nil || unix.Fstat(3, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		return internalUse("arguments or control pipe")
 	}
-	unix.CloseOnExec(3) // CMD gets stdin, stdout and stderr only
-	_ = os.WriteFile("/proc/self/comm", []byte(supervisorName), 0) // ps, top: not "exe"
+	// CMD gets stdin, stdout and stderr only; ps and top show our name,
+	// not "exe".
+	unix.CloseOnExec(3)
+	_ = os.WriteFile("/proc/self/comm", []byte(supervisorName), 0)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "pglocks: start %s: become a subreaper: %v\n", args[2], err)
 		return exitUsage
@@ -171,8 +173,7 @@ func (s *supervisor) stop() {
 		return
 	}
 	s.stopping = true
-	s.signalJob(unix.SIGTERM)
-	s.signalJob(unix.SIGCONT)
+	s.signalJob(unix.SIGTERM, unix.SIGCONT)
 	s.kill = time.After(s.killAfter)
 }
 
@@ -188,11 +189,13 @@ func (s *supervisor) killAll() {
 
 // signalJob signals CMD's process group, at once (no member forks past
 // it), then every process below the supervisor, CMD's group or not.
-func (s *supervisor) signalJob(sig unix.Signal) {
+func (s *supervisor) signalJob(sigs ...unix.Signal) {
 	if !s.cmdDone { // once CMD is reaped its pid, the group's id, may be reused
-		_ = unix.Kill(-s.pid, sig)
+		for _, sig := range sigs {
+			_ = unix.Kill(-s.pid, sig)
+		}
 	}
-	if err := signalTree(sig); err != nil {
+	if err := signalTree(sigs...); err != nil {
 		fmt.Fprintf(os.Stderr, "pglocks: %v; signalled CMD's process group only\n", err)
 	}
 }

@@ -75,15 +75,17 @@ func below(ps map[int]proc, root int) []int {
 	return out
 }
 
-// signalTree sends sig to every process below this one.
-func signalTree(sig unix.Signal) error {
+// signalTree sends sigs, in order, to every process below this one.
+func signalTree(sigs ...unix.Signal) error {
 	ps, err := procs()
 	if err != nil {
 		return err
 	}
 	for _, pid := range below(ps, os.Getpid()) {
-		if !ps[pid].zombie {
-			_ = unix.Kill(pid, sig)
+		for _, sig := range sigs {
+			if !ps[pid].zombie {
+				_ = unix.Kill(pid, sig)
+			}
 		}
 	}
 	return nil
