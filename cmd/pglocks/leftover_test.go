@@ -3,9 +3,15 @@
 package main_test
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A worker that ignores SIGTERM is SIGKILLed at --kill-after after the
@@ -72,4 +78,47 @@ exit 3
 	if _, errOut, code := e.c.run("run", "leftover", "--", "true"); code != 0 {
 		t.Fatalf("the lock was not released: %d %s", code, errOut)
 	}
+}
+
+// Should the supervisor alone be killed, pglocks (a subreaper too) kills
+// what is left of the job before it releases the lock.
+func TestRunSupervisorKilled(t *testing.T) {
+	t.Parallel()
+	e := newJobEnv(t, nil)
+	dir := t.TempDir()
+	lines, pidFile := filepath.Join(dir, "lines"), filepath.Join(dir, "pid")
+	h := e.c.holdArgv([]string{"run", "orphaned"}, "sh", "-c", jobScript, "job", lines, pidFile)
+	w := watchWorker(t, pidFile)
+	waitLines(t, lines, 2)
+	sup := childOf(t, h.cmd.Process.Pid)
+	if err := unix.Kill(sup, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := h.wait(t); code != 128+9 {
+		t.Fatalf("status %d after the supervisor was killed, want 137", code)
+	}
+	if !w.exitedBy(time.Now()) {
+		t.Fatal("pglocks exited (and released the lock) while the job's worker still ran")
+	}
+	if _, errOut, code := e.c.run("run", "orphaned", "--", "true"); code != 0 {
+		t.Fatalf("the lock was not released: %d %s", code, errOut)
+	}
+}
+
+// childOf returns the pid of process pid's only child.
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 1 {
+		t.Fatalf("pglocks' children: %q, want one (its supervisor)", f)
+	}
+	child, err := strconv.Atoi(f[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return child
 }
