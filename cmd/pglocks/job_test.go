@@ -152,15 +152,15 @@ func (e jobEnv) trial(t *testing.T, i int, script string, killed bool) figures {
 	if !w.exitedBy(at.Add(bound)) {
 		w.exitedBy(at.Add(bound + time.Second)) // let it show how it goes on
 		n, _ := linesAfter(t, lines, at)
-		t.Fatalf("trial %d: the job's worker still runs %v after %s: %d lines after it",
-			i, bound+time.Second, event(killed), n)
+		t.Fatalf("trial %d: the job's worker was still running %v after %s, and wrote %d lines after it (in %v)",
+			i, bound, event(killed), n, time.Since(at).Round(time.Millisecond))
 	}
 	n, last := linesAfter(t, lines, at.Add(bound))
 	if n > 0 {
 		t.Fatalf("trial %d: the worker wrote %d lines later than %v after %s", i, n, bound, event(killed))
 	}
 	if killed {
-		<-h.errc // pglocks reaped; CMD's stdout closed
+		h.wait(t) // pglocks reaped; CMD's stdout closed
 	}
 	return figures{lastLine: last.Sub(at), death: w.diedAt().Sub(at), exit: exit}
 }

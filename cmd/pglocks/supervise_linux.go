@@ -52,6 +52,7 @@ type supervisor struct {
 	cmdDone   bool
 	suspended bool // CMD stopped (Ctrl-Z) and pglocks' group with it
 	stopping  bool // the whole job was sent SIGTERM
+	warned    bool // that /proc could not be read
 	kill      <-chan time.Time
 	rescan    <-chan time.Time
 }
@@ -195,7 +196,8 @@ func (s *supervisor) signalJob(sigs ...unix.Signal) {
 			_ = unix.Kill(-s.pid, sig)
 		}
 	}
-	if err := signalTree(sigs...); err != nil {
+	if err := signalTree(sigs...); err != nil && !s.warned {
+		s.warned = true
 		fmt.Fprintf(os.Stderr, "pglocks: %v; signalled CMD's process group only\n", err)
 	}
 }
@@ -241,6 +243,9 @@ func reap(pid int, stops bool) <-chan unix.WaitStatus {
 				return
 			case got == pid:
 				ch <- ws
+				if !ws.Stopped() {
+					pid = -1 // reaped: its pid may be reused
+				}
 			}
 		}
 	}()
