@@ -21,7 +21,7 @@
 // run runs CMD while holding the lock NAME: a session advisory lock on
 // KeyOf(NAME) by default, or with --lease a lease renewed in the background
 // (every TTL/3, at most every 5s, so that a lease broken with pglocks break
-// stops CMD within seconds).
+// stops the job within seconds).
 // It exits with CMD's status, or:
 //
 //	64  usage error, including a name or --ttl the lock or lease refuses

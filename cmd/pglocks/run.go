@@ -147,7 +147,7 @@ func unreachable(err error) bool {
 }
 
 // maxRenewInterval caps the keep-alive's interval, so that a lease taken
-// over (pglocks break) stops CMD within seconds even with a long --ttl.
+// over (pglocks break) stops the job within seconds even with a long --ttl.
 const maxRenewInterval = 5 * time.Second
 
 // takeLease acquires the lease name with keep-alive.
