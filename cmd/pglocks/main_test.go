@@ -21,7 +21,14 @@ import (
 
 var binary string
 
+// helpers are roles this test binary plays when run with
+// PGLOCKS_TEST_HELPER set to one's name (a process the tests need).
+var helpers = map[string]func() int{}
+
 func TestMain(m *testing.M) {
+	if h := helpers[os.Getenv("PGLOCKS_TEST_HELPER")]; h != nil {
+		os.Exit(h())
+	}
 	dir, err := os.MkdirTemp("", "pglocks-cli-")
 	if err != nil {
 		panic(err)
@@ -79,7 +86,14 @@ type holder struct {
 // and then waits; it returns once CMD is running under the lock.
 func (c cli) hold(args []string, script string) *holder {
 	c.t.Helper()
-	cmd := c.command(append(args, "--", "sh", "-c", script)...)
+	return c.holdArgv(args, "sh", "-c", script)
+}
+
+// holdArgv starts pglocks run ARGS -- ARGV, where ARGV prints ready first;
+// it returns once CMD is running under the lock.
+func (c cli) holdArgv(args []string, argv ...string) *holder {
+	c.t.Helper()
+	cmd := c.command(append(append(args, "--"), argv...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		c.t.Fatal(err)
