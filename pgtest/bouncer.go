@@ -38,7 +38,8 @@ var ErrNoBouncer = errors.New("pgtest: no pgbouncer binary (install Debian's pgb
 // Bouncer is a real PgBouncer that pgtest started in front of a [Server].
 // Every database of the server is reachable through it under its own name
 // (a "*" fallback entry), as the user the client names. It listens on a
-// free loopback port and keeps its files in a temp dir, both removed by
+// free port (clients from loopback and from the partition links only: see
+// [Partitionable]) and keeps its files in a temp dir, both removed by
 // [Bouncer.Close]; should the process die first, a watchdog kills it.
 type Bouncer struct {
 	mode   PoolMode
