@@ -36,6 +36,26 @@ const (
 	DefaultTCPUserTimeout = 10 * time.Second
 )
 
+// Lower bounds of [Config]'s intervals: smaller non-zero values are
+// refused by [New], so that no setting turns a loop into a busy one.
+const (
+	// MinPingInterval bounds Config.PingInterval below: an idle session
+	// holding locks costs the server a round trip per PingInterval, which
+	// is 100 per second at this bound, and a ping's own round trip
+	// (0.1–1 ms on a LAN) would otherwise take a large share of the time.
+	MinPingInterval = 10 * time.Millisecond
+	// MinQueryTimeout bounds Config.QueryTimeout below: a shorter bound
+	// than a round trip plus a scheduling delay would declare healthy
+	// sessions dead.
+	MinQueryTimeout = 10 * time.Millisecond
+	// MinMinBackoff bounds Config.MinBackoff below: a waiter's first poll
+	// of a busy key comes no sooner.
+	MinMinBackoff = time.Millisecond
+	// MinMaxBackoff bounds Config.MaxBackoff below: a waiter that is not
+	// woken polls a busy key at most 100 times a second.
+	MinMaxBackoff = 10 * time.Millisecond
+)
+
 // Config configures a [Locker]. The zero value is valid: every zero field
 // takes its documented default.
 //
@@ -44,6 +64,25 @@ const (
 // it (KeepalivesIdle + KeepalivesInterval × KeepalivesCount, and
 // TCPUserTimeout). So when the network between the two fails, the holder
 // announces the loss before the server frees the lock for someone else.
+//
+// The server drops the session by two means. Its TCP keepalives and
+// tcp_user_timeout act on its own connection, which is the holder's only
+// over a direct connection. Its idle_session_timeout, set to
+// TCPUserTimeout on every session that holds locks, ends a session it has
+// heard nothing from (no statement, no ping) for TCPUserTimeout, whatever
+// lies between: this is the bound behind a session-mode pooler such as
+// PgBouncer, or a TCP proxy, whose healthy link to the server outlives a
+// partitioned client. It needs PostgreSQL 14 or later; on older servers a
+// partitioned holder behind such a pooler keeps its locks until the pooler
+// drops the client (PgBouncer: its client TCP keepalive, about two hours
+// with the OS defaults). A healthy session is never idle that long: one
+// holding locks is pinged every PingInterval (and PingInterval +
+// QueryTimeout < TCPUserTimeout), one holding none every TCPUserTimeout/2.
+// A holder whose process cannot run for TCPUserTimeout (SIGSTOP, a frozen
+// VM) loses its locks too; it announces it when it runs again.
+//
+// Every interval has a lower bound ([MinPingInterval] and so on, stated
+// on each field); [New] refuses a smaller non-zero value.
 type Config struct {
 	// MaxSessions is how many dedicated sessions (server connections) hold
 	// this locker's session locks, however many locks it holds. The locker
@@ -65,19 +104,22 @@ type Config struct {
 
 	// MinBackoff is the first retry delay of a waiting Lock that was not
 	// woken by a notification; each retry doubles it, with jitter, up to
-	// MaxBackoff. Default: 2ms.
+	// MaxBackoff. Default: 2ms. Minimum: 1ms.
 	MinBackoff time.Duration
 
 	// MaxBackoff bounds the retry delay of a waiting Lock. It is how late,
 	// at worst, a waiter notices a lock freed without a notification: by a
 	// crashed holder, a terminated session or a non-pglocks holder (psql).
-	// Default: 100ms.
+	// Default: 100ms. Minimum: 10ms.
 	MaxBackoff time.Duration
 
 	// PingInterval is how often a dedicated session that holds locks and is
-	// otherwise idle is checked with one round trip (a bare protocol Sync).
-	// A failed check announces the loss of its locks, so this bounds how
-	// late the loss of a killed session is noticed. Default: 200ms.
+	// otherwise idle is checked with one round trip (a bare protocol Sync):
+	// at most PingInterval (plus a round trip) after its last statement or
+	// check. A failed check announces the loss of its locks, so this bounds
+	// how late the loss of a killed session is noticed; the checks also
+	// keep the session from the server's idle bound (TCPUserTimeout).
+	// Default: 200ms. Minimum: 10ms.
 	PingInterval time.Duration
 
 	// QueryTimeout bounds every statement on a dedicated session (try,
@@ -87,7 +129,7 @@ type Config struct {
 	// left (to save a system call per statement), so a statement is given
 	// at least QueryTimeout/2 and at most QueryTimeout, and a network that
 	// goes silent is noticed within PingInterval + QueryTimeout. It does
-	// not bound callers: their ctx does. Default: 2s.
+	// not bound callers: their ctx does. Default: 2s. Minimum: 10ms.
 	QueryTimeout time.Duration
 
 	// KeepalivesIdle, KeepalivesInterval and KeepalivesCount set the
@@ -96,14 +138,22 @@ type Config struct {
 	// socket's keepalive likewise), so the server drops a partitioned
 	// holder's session, and frees its locks, after about
 	// KeepalivesIdle + KeepalivesInterval × KeepalivesCount instead of the
-	// OS default of about two hours. Defaults: 5s, 1s and 3.
+	// OS default of about two hours. They act on the server's own TCP
+	// connection: behind a pooler or proxy, TCPUserTimeout is the bound
+	// (see the timing rule above). Defaults: 5s, 1s and 3. Minimum: 1s for
+	// the two durations, which must be whole seconds (PostgreSQL's unit).
 	KeepalivesIdle     time.Duration
 	KeepalivesInterval time.Duration
 	KeepalivesCount    int
 
 	// TCPUserTimeout sets the server's tcp_user_timeout for each dedicated
 	// session: how long sent data may stay unacknowledged before the server
-	// drops the connection. Default: 10s.
+	// drops the connection. On PostgreSQL 14 and later it is also the
+	// idle_session_timeout of each session that holds locks (not of the
+	// LISTEN connection): the server ends a session it has heard nothing
+	// from for that long, which frees a partitioned holder's locks behind a
+	// session-mode pooler too. Default: 10s. Minimum: more than
+	// PingInterval + QueryTimeout (the timing rule), in whole milliseconds.
 	TCPUserTimeout time.Duration
 
 	// Logger receives the locker's events, with attributes key, pid,
@@ -157,16 +207,18 @@ func (c Config) validate() error {
 		bad("MaxSessions must not be negative, got %d", c.MaxSessions)
 	}
 	for _, f := range []struct {
-		name string
-		d    time.Duration
+		name     string
+		d, floor time.Duration
 	}{
-		{"MinBackoff", c.MinBackoff}, {"MaxBackoff", c.MaxBackoff},
-		{"PingInterval", c.PingInterval}, {"QueryTimeout", c.QueryTimeout},
-		{"KeepalivesIdle", c.KeepalivesIdle}, {"KeepalivesInterval", c.KeepalivesInterval},
-		{"TCPUserTimeout", c.TCPUserTimeout},
+		{"MinBackoff", c.MinBackoff, MinMinBackoff}, {"MaxBackoff", c.MaxBackoff, MinMaxBackoff},
+		{"PingInterval", c.PingInterval, MinPingInterval}, {"QueryTimeout", c.QueryTimeout, MinQueryTimeout},
+		{"KeepalivesIdle", c.KeepalivesIdle, 0}, {"KeepalivesInterval", c.KeepalivesInterval, 0},
+		{"TCPUserTimeout", c.TCPUserTimeout, 0},
 	} {
 		if f.d < 0 {
 			bad("%s must not be negative, got %v", f.name, f.d)
+		} else if f.d < f.floor {
+			bad("%s must be at least %v, got %v", f.name, f.floor, f.d)
 		}
 	}
 	for _, f := range []struct {
@@ -193,8 +245,9 @@ func (c Config) validate() error {
 			"the holder must notice a dead session before the server frees its locks", detect, keepalive)
 	}
 	if detect >= c.TCPUserTimeout {
-		bad("PingInterval + QueryTimeout (%v) must be less than TCPUserTimeout (%v): "+
-			"the holder must notice a dead session before the server frees its locks", detect, c.TCPUserTimeout)
+		bad("PingInterval + QueryTimeout (%v) must be less than TCPUserTimeout (%v), the server's tcp_user_timeout "+
+			"and idle_session_timeout of a lock session: the holder must notice a dead session before the server frees its locks, "+
+			"and a healthy session must be pinged before the server ends it", detect, c.TCPUserTimeout)
 	}
 	if err := ident.Check(c.Channel); err != nil {
 		bad("Channel: %v", err)

@@ -26,14 +26,18 @@ import (
 // client socket gets keepalives, and a statement is interrupted by a socket
 // deadline (pgx's default) rather than by a cancel request on a new TCP
 // connection.
-func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandler) (*pgconn.PgConn, uint32, error) {
+//
+// idle is the connection's idle_session_timeout (see [sessionSettings]):
+// Config.TCPUserTimeout for a session that holds locks, 0 (none) for the
+// LISTEN connection, which holds none.
+func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandler, idle time.Duration) (*pgconn.PgConn, uint32, error) {
 	c := l.cfg
 	conn, err := dial.Dedicated(ctx, l.poolCfg, dial.Options{
 		ApplicationName:   c.ApplicationName,
 		OnNotification:    onNotify,
 		Keepalive:         net.KeepAliveConfig{Enable: true, Idle: c.KeepalivesIdle, Interval: c.KeepalivesInterval, Count: c.KeepalivesCount},
 		DeadlineInterrupt: true,
-		Settings:          l.sessionSettings,
+		Settings:          func(pc *pgconn.PgConn) string { return l.sessionSettings(pc, idle) },
 	})
 	if err != nil {
 		return nil, 0, err
@@ -68,24 +72,39 @@ func refuseTransactionPooling(ctx context.Context, pool *pgxpool.Config, conn di
 	return nil
 }
 
-// idleSessionTimeout disables idle_session_timeout on servers that have it
-// (PostgreSQL 14 and later): a session holding locks may idle between pings.
-func idleSessionTimeout(pc *pgconn.PgConn) string {
+// idleSessionTimeout sets idle_session_timeout to d (in milliseconds; 0:
+// none) on servers that have it, PostgreSQL 14 and later, and is empty on
+// older ones.
+func idleSessionTimeout(pc *pgconn.PgConn, d time.Duration) string {
 	v := pc.ParameterStatus("server_version")
 	if i := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
 		v = v[:i]
 	}
 	if major, err := strconv.Atoi(v); err == nil && major >= 14 {
-		return "set idle_session_timeout = 0; "
+		return fmt.Sprintf("set idle_session_timeout = %d; ", d.Milliseconds())
 	}
 	return ""
 }
 
 // sessionSettings is the statement every connection of the Locker runs
-// after connecting, before it is used. Server-side TCP keepalives and
-// tcp_user_timeout bound how long the server keeps a partitioned holder's
-// session (Config's timing rule); the timeouts are set to 0 so that a
-// role's or database's statement_timeout, lock_timeout or idle timeouts
+// after connecting, before it is used. They bound how long the server
+// keeps a partitioned holder's session (Config's timing rule) in two ways:
+// server-side TCP keepalives and tcp_user_timeout, which act on the
+// server's own TCP connection — enough when that connection is the
+// holder's — and idle_session_timeout = idle (Config.TCPUserTimeout for a
+// session that holds locks), which ends a session the server has heard
+// nothing from, no statement and no ping, for that long. Only the latter
+// holds behind a session-mode pooler or a TCP proxy, whose healthy link
+// to the server outlives a partitioned client (PgBouncer keeps it until
+// its own client keepalive gives up: two hours by the OS defaults); it
+// needs PostgreSQL 14. A healthy session is never idle that long: the
+// session pings one that holds locks every PingInterval and one that holds
+// none every TCPUserTimeout/2 (see [session.pingDue]). The LISTEN
+// connection holds no lock and keeps 0: notifications do not count as
+// activity for the server, and a busy channel keeps it from pinging.
+//
+// The other timeouts are set to 0 so that a role's or database's
+// statement_timeout, lock_timeout or idle_in_transaction_session_timeout
 // cannot cancel a try or unlock or end a session that holds locks;
 // synchronous_commit is off because only a NOTIFY assigns a transaction id
 // here, and its commit need not wait for the WAL flush. statement_timeout
@@ -100,13 +119,13 @@ func idleSessionTimeout(pc *pgconn.PgConn) string {
 // together or not at all: if the server (or a pooler) refuses any of them,
 // the connection is closed and the dial fails with the server's error. A
 // session without the timing settings therefore never holds a lock.
-func (l *Locker) sessionSettings(pc *pgconn.PgConn) string {
+func (l *Locker) sessionSettings(pc *pgconn.PgConn, idle time.Duration) string {
 	c := l.cfg
 	return fmt.Sprintf("set statement_timeout = 0; set lock_timeout = 0; "+
 		"set idle_in_transaction_session_timeout = 0; %s"+
 		"set tcp_keepalives_idle = %d; set tcp_keepalives_interval = %d; set tcp_keepalives_count = %d; "+
 		"set tcp_user_timeout = %d; set synchronous_commit = off",
-		idleSessionTimeout(pc),
+		idleSessionTimeout(pc, idle),
 		int(c.KeepalivesIdle/time.Second), int(c.KeepalivesInterval/time.Second), c.KeepalivesCount,
 		int(c.TCPUserTimeout/time.Millisecond))
 }

@@ -45,10 +45,25 @@
 // the pid of the server session it lends first is taken for no pooler, so
 // do not rely on the check alone with other poolers; Pgpool-II does that
 // and keeps each client on its backend, rightly so. [Lock.PID] is the
-// backend's real pid, read after connecting. Transaction locks run their
-// statement in pgx.QueryExecModeExec when the connection caches prepared
-// statements (pgx's default), so they work behind transaction pooling in
-// every exec mode (TestXactThroughTransactionPooling).
+// backend's real pid, read after connecting.
+//
+// Behind a session-mode pooler a partitioned holder's locks are freed in
+// bounded time too, but not by the server's TCP settings: those act on
+// the pooler's link to the server, which stays healthy, and PgBouncer keeps
+// the server session as long as it keeps its dead client (its client TCP
+// keepalive: about two hours with the OS defaults). Each session that
+// holds locks therefore sets idle_session_timeout to Config.TCPUserTimeout
+// and ends itself once its pings stop (PostgreSQL 14 and later; older
+// servers keep the locks of a holder partitioned from the pooler until the
+// pooler drops it). TestPartitionedHolderFreed measures it through a real
+// session-mode PgBouncer with the default Config: the holder announces the
+// loss about 2 s after the cut and the server frees the lock about 10 s
+// after it, as over a direct connection (before, never).
+//
+// Transaction locks run their statement in pgx.QueryExecModeExec when the
+// connection caches prepared statements (pgx's default), so they work
+// behind transaction pooling in every exec mode
+// (TestXactThroughTransactionPooling).
 //
 // # How a Locker holds locks
 //
@@ -60,15 +75,20 @@
 // at most four server connections by default, for ten locks or ten
 // thousand. [New] opens none of them; the first lock asked for does. Only
 // application_name goes in the startup packet; after connecting, each
-// connection SETs the server's tcp_keepalives_* and tcp_user_timeout, so
-// that a partitioned holder's session, and its locks, are dropped by the
-// server in bounded time, and sets statement_timeout, lock_timeout and the
-// idle timeouts to 0, so that a role's or database's defaults cannot
-// cancel a try or unlock or end a session that holds locks. If the server
-// or a pooler refuses any of these settings, the connection is not used:
-// opening it fails with the server's error. A session holding locks is
-// pinged every PingInterval so its death is announced within about
-// PingInterval.
+// connection SETs the server's tcp_keepalives_* and tcp_user_timeout, and
+// each session that holds locks its idle_session_timeout (to
+// Config.TCPUserTimeout, on PostgreSQL 14 and later), so that a
+// partitioned holder's session, and its locks, are dropped by the server
+// in bounded time, directly or behind a pooler (see [Config]); it sets
+// statement_timeout, lock_timeout and idle_in_transaction_session_timeout
+// to 0, so that a role's or database's defaults cannot cancel a try or
+// unlock or end a session that holds locks (the LISTEN connection's
+// idle_session_timeout is 0 too). If the server or a pooler refuses any of
+// these settings, the connection is not used: opening it fails with the
+// server's error. An idle session holding locks is pinged at least every
+// PingInterval, so its death is announced within about PingInterval +
+// QueryTimeout; one holding none every TCPUserTimeout/2, so that the
+// server's idle bound does not end it (TestHealthyIdleHolderKept).
 //
 // Session locks are re-entrant per session in PostgreSQL; the Locker
 // excludes its own holders from each other (exclusive and shared alike), so
@@ -223,8 +243,11 @@
 // A lock ends when its session does: on a server restart or failover (an
 // advisory lock is not replicated), a terminated backend or a network
 // failure. The Locker announces that, but a holder that is paused (GC,
-// SIGSTOP) cannot be stopped from acting after the server freed its lock:
-// code that writes must also be fenced (see the lease package). Between a
-// network partition and the server dropping the session, neither side can
-// take the lock; Config's timing rule makes the holder give up first.
+// SIGSTOP) cannot be stopped from acting after the server freed its lock —
+// which it does once the pause outlasts Config.TCPUserTimeout (the lock
+// sessions' idle_session_timeout): code that writes must also be fenced
+// (see the lease package). Between a network partition and the server
+// dropping the session, neither side can take the lock; Config's timing
+// rule makes the holder give up first. Behind a session-mode pooler on
+// PostgreSQL 13 or older nothing bounds that time but the pooler.
 package advisory

@@ -57,7 +57,7 @@ func (l *Locker) dialListener() (*pgconn.PgConn, error) {
 	l.dial.listener = true
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.QueryTimeout+l.connectTimeout())
-	conn, _, err := l.connect(ctx, l.onNotify)
+	conn, _, err := l.connect(ctx, l.onNotify, 0)
 	cancel()
 	l.mu.Lock()
 	l.dial.listener = false

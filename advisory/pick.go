@@ -129,7 +129,7 @@ func (l *Locker) openSession() {
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.QueryTimeout+l.connectTimeout())
 	defer cancel()
-	conn, pid, err := l.connect(ctx, nil)
+	conn, pid, err := l.connect(ctx, nil, l.cfg.TCPUserTimeout)
 	if err == nil {
 		if err = prepareAll(ctx, conn); err != nil {
 			_ = conn.Close(ctx)

@@ -105,11 +105,14 @@ func (s *session) runDirect(ctx context.Context, r *request) (bool, error) {
 	return true, nil
 }
 
-// run is the worker: it runs queued requests, pings while holding locks,
-// and on Close releases everything and closes the connection.
+// run is the worker: it runs queued requests, pings when idle (see
+// pingDue), and on Close releases everything and closes the connection.
+// Its ticker runs at PingInterval/2, so that an idle session holding locks
+// sends a ping at most PingInterval (plus a round trip) after its last
+// statement or ping.
 func (s *session) run() {
 	defer s.l.wg.Done()
-	tick := time.NewTicker(s.l.cfg.PingInterval)
+	tick := time.NewTicker(s.l.cfg.PingInterval / 2)
 	defer tick.Stop()
 	for {
 		select {
@@ -125,7 +128,7 @@ func (s *session) run() {
 				s.mu.Unlock()
 				return
 			}
-			if s.holding() && time.Since(s.lastUse) >= s.l.cfg.PingInterval/2 {
+			if s.pingDue() {
 				err := s.ping()
 				s.lastUse = time.Now()
 				if err != nil {
@@ -181,6 +184,21 @@ func (s *session) isDead() bool {
 	default:
 		return false
 	}
+}
+
+// pingDue reports whether the idle session is due a ping: one that holds
+// locks half a PingInterval after its last use, so that its death is
+// noticed within PingInterval + QueryTimeout; one that holds none half a
+// TCPUserTimeout after, only so that the server's idle_session_timeout
+// (TCPUserTimeout, see [Locker.sessionSettings]) does not end it. Either
+// way the server hears from a healthy session well within its idle bound.
+// s.mu must be held.
+func (s *session) pingDue() bool {
+	every := s.l.cfg.TCPUserTimeout / 2
+	if s.holding() {
+		every = s.l.cfg.PingInterval / 2
+	}
+	return time.Since(s.lastUse) >= every
 }
 
 func (s *session) holding() bool {

@@ -24,6 +24,20 @@ const (
 	DefaultChannel       = "pglocks_leader"
 )
 
+// Lower bounds of [Config]'s durations: [New] refuses smaller values, so
+// that no setting turns the campaign's or the leader's loop into a busy one.
+const (
+	// MinTTL bounds Config.TTL below.
+	MinTTL = 100 * time.Millisecond
+	// MinRenewInterval bounds Config.RenewInterval below: a leader sends
+	// at most 100 renewals a second (each a statement and a commit).
+	MinRenewInterval = 10 * time.Millisecond
+	// MinRetryInterval bounds Config.RetryInterval below: a candidate
+	// reads the lease row at most about 100 times a second, and its
+	// backoff after a failed campaign starts no lower.
+	MinRetryInterval = 10 * time.Millisecond
+)
+
 // ErrInvalidConfig is wrapped by every error [New] returns about its Config.
 var ErrInvalidConfig = errors.New("leader: invalid config")
 
@@ -69,18 +83,18 @@ type Config struct {
 	// TTL is the lease's time to live: how long a leader that can no longer
 	// reach the database may keep the lease before another candidate may
 	// take it, and so the longest failover when the server keeps a
-	// partitioned leader's session open. Default: 15s.
+	// partitioned leader's session open. Default: 15s. Minimum: 100ms.
 	TTL time.Duration
 
 	// RenewInterval is how often the leader renews its lease. It must be
 	// below TTL/2, so that a failed renewal leaves time for another.
-	// Default: TTL/3.
+	// Default: TTL/3. Minimum: 10ms.
 	RenewInterval time.Duration
 
 	// RetryInterval is how often a candidate that is not the leader checks
 	// on the current leader (for a stale one, and to report a new one to
 	// OnNewLeader), and how long a resigned leader sits out before it
-	// campaigns again. Jittered ±20%. Default: 1s.
+	// campaigns again. Jittered ±20%. Default: 1s. Minimum: 10ms.
 	RetryInterval time.Duration
 
 	// Grace bounds how long a leader trusts its advisory session after the
@@ -184,8 +198,12 @@ func (c *Config) validate(ping time.Duration) error {
 		return bad("Mode %d is not ModeAuto, ModeSession or ModeLeaseOnly", int(c.Mode))
 	case c.TTL < 0 || c.RenewInterval < 0 || c.RetryInterval < 0 || c.Grace < 0:
 		return bad("TTL, RenewInterval, RetryInterval and Grace must not be negative")
-	case c.TTL < 100*time.Millisecond:
-		return bad("TTL %v is below 100ms", c.TTL)
+	case c.TTL < MinTTL:
+		return bad("TTL %v is below the minimum of %v", c.TTL, MinTTL)
+	case c.RenewInterval < MinRenewInterval:
+		return bad("RenewInterval %v is below the minimum of %v", c.RenewInterval, MinRenewInterval)
+	case c.RetryInterval < MinRetryInterval:
+		return bad("RetryInterval %v is below the minimum of %v", c.RetryInterval, MinRetryInterval)
 	case c.RenewInterval >= c.TTL/2:
 		return bad("RenewInterval %v must be below TTL/2 (TTL is %v)", c.RenewInterval, c.TTL)
 	case c.Mode != ModeLeaseOnly && c.Grace <= ping+ping/2: // a lease-only campaign has no session

@@ -107,9 +107,12 @@
 // Grace after its last successful round trip, and steps down: its work is
 // cancelled well before anyone else can lead. The server, though, may keep
 // its session — and the advisory lock — for a long time. The advisory
-// package sets per-session TCP keepalives and tcp_user_timeout so that the
-// server drops such a session within about ten seconds by default. Should it
-// not (other settings, a middlebox), the candidates see the lease expire by
+// package sets per-session TCP keepalives and tcp_user_timeout, and on
+// PostgreSQL 14 and later an idle_session_timeout that ends a lock session
+// whose pings have stopped, so that the server drops such a session within
+// about ten seconds by default (the Locker's TCPUserTimeout), directly or
+// behind a session-mode pooler. Should it not (older servers behind a
+// pooler, other settings), the candidates see the lease expire by
 // the server clock while that session still holds the lock: the lease row
 // records the leader's session pid, and a candidate terminates exactly that
 // session (pg_terminate_backend; Config.NoTerminate turns this off) — in one
@@ -117,10 +120,12 @@
 // and term, expired, that backend holds this election's lock, and it holds
 // no other advisory lock. A session shared with other elections or with the
 // application's locks is never terminated: then the election waits for the
-// server to drop it — and a stopped process (SIGSTOP, a frozen cgroup, a
-// debugger, `docker pause`) is never dropped, since its kernel still
-// answers keepalives: the election then waits until the process resumes
-// (and steps down) or dies. Candidates report the wait in State.LastError.
+// server to drop it — and on PostgreSQL 13 and older a stopped process
+// (SIGSTOP, a frozen cgroup, a debugger, `docker pause`) is never dropped,
+// since its kernel still answers keepalives: the election then waits until
+// the process resumes (and steps down) or dies; on 14 and later its
+// sessions end once their pings have stopped for the Locker's
+// TCPUserTimeout. Candidates report the wait in State.LastError.
 // So give an election that must fail over fast after a partition or a
 // stall a Locker of its own (the default when Config.Locker is nil).
 // With termination, the election makes progress within TTL + RetryInterval
@@ -183,8 +188,13 @@
 //
 // Through a pooler in session mode everything works as over a direct
 // connection (TestViaSessionBouncer runs the behaviour tests through a real
-// PgBouncer). Behind a pooler in transaction mode the campaign's session
-// lock cannot be held: the Locker refuses it, and in [ModeAuto] the
+// PgBouncer), a partitioned leader's session included on PostgreSQL 14
+// and later: cut off from PgBouncer, a leader steps down after Grace and
+// the server ends its lock session once its pings stop, so that a
+// candidate that may not terminate it is elected about 10 s after the cut
+// with the Locker's defaults (TestSessionPoolerPartitionedLeader; before
+// the fix, never). Behind a pooler in transaction mode the campaign's
+// session lock cannot be held: the Locker refuses it, and in [ModeAuto] the
 // elector campaigns on the lease alone (TestLeaseOnlyBehindTransactionPooling:
 // elected, fenced, and taken over after a resignation, a Close or a crash
 // within TTL + RetryInterval); in [ModeSession] Run returns

@@ -24,6 +24,12 @@ const (
 	DefaultMaxTTL = 24 * time.Hour
 	// MinTTL is the shortest TTL any store accepts.
 	MinTTL = time.Millisecond
+	// MinRenewInterval is the shortest renewal interval of a kept-alive
+	// lease, TTL × Config.RenewFraction, that a store accepts: a shorter
+	// one (a tiny RenewFraction makes it 0) would renew back to back.
+	MinRenewInterval = 100 * time.Microsecond
+	// MinCheckInterval is the shortest Config.CheckInterval.
+	MinCheckInterval = time.Millisecond
 	// MaxMaxTTL caps Config.MaxTTL: about ten years.
 	MaxMaxTTL = 10 * 365 * 24 * time.Hour
 	// DefaultCheckInterval is Config.CheckInterval unless set.
@@ -72,7 +78,9 @@ type Config struct {
 
 	// RenewFraction is the fraction of the TTL between two renewals by the
 	// keep-alive ([WithKeepAlive], [Store.Do]). It must be in (0, 0.5] so
-	// that a failed renewal leaves time for another. Default: 1/3.
+	// that a failed renewal leaves time for another, and the interval
+	// TTL × RenewFraction of each kept-alive lease must be at least
+	// [MinRenewInterval] (100µs). Default: 1/3.
 	RenewFraction float64
 
 	// CheckInterval bounds how long a kept-alive lease ([WithKeepAlive],
@@ -82,7 +90,7 @@ type Config struct {
 	// a NOTIFY missed while the store's listener reconnected, a row changed
 	// by hand — ends the lease within CheckInterval whatever the TTL. A
 	// Break or a takeover is normally heard at once through NOTIFY.
-	// Default: 5s.
+	// Default: 5s. Minimum: 1ms.
 	CheckInterval time.Duration
 
 	// BatchAfter is how many releases, and how many retakes of names it
@@ -176,8 +184,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Config.SafetyMargin %v must be less than Config.MaxTTL %v", ErrInvalidConfig, c.SafetyMargin, c.MaxTTL)
 	case !(c.RenewFraction > 0 && c.RenewFraction <= 0.5):
 		return fmt.Errorf("%w: Config.RenewFraction %v is outside (0, 0.5]", ErrInvalidConfig, c.RenewFraction)
-	case c.CheckInterval < time.Millisecond:
-		return fmt.Errorf("%w: Config.CheckInterval %v is below 1ms", ErrInvalidConfig, c.CheckInterval)
+	case c.CheckInterval < MinCheckInterval:
+		return fmt.Errorf("%w: Config.CheckInterval %v is below %v", ErrInvalidConfig, c.CheckInterval, MinCheckInterval)
 	case c.PID < 0 || c.PID > 1<<31-1:
 		return fmt.Errorf("%w: Config.PID %d is not a process id", ErrInvalidConfig, c.PID)
 	}

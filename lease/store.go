@@ -192,8 +192,13 @@ func (s *Store) checkTTL(ttl time.Duration, keepAlive bool) error {
 }
 
 // checkKeepAlive checks that a kept-alive lease of this TTL is renewed
-// before its trust deadline: TTL − SafetyMargin > TTL × RenewFraction.
+// before its trust deadline: TTL − SafetyMargin > TTL × RenewFraction, and
+// not back to back: TTL × RenewFraction ≥ MinRenewInterval.
 func (s *Store) checkKeepAlive(ttl time.Duration) error {
+	if every := s.cfg.renewInterval(ttl); every < MinRenewInterval {
+		return fmt.Errorf("%w: %v with keep-alive: the renewal interval TTL × Config.RenewFraction (%v) is below the minimum of %v",
+			ErrInvalidTTL, ttl, every, MinRenewInterval)
+	}
 	if window, every := ttl-s.cfg.margin(ttl), s.cfg.renewInterval(ttl); window <= every {
 		return fmt.Errorf("%w: %v with keep-alive: the trust window TTL − Config.SafetyMargin (%v) is not longer than the renewal interval TTL × Config.RenewFraction (%v), so the lease would be lost before its first renewal",
 			ErrInvalidTTL, ttl, window, every)

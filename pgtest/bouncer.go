@@ -65,7 +65,8 @@ var ErrNoBouncer = errors.New("pgtest: no pgbouncer binary (install Debian's pgb
 // Bouncer is a real PgBouncer that pgtest started in front of a [Server].
 // Every database of the server is reachable through it under its own name
 // (a "*" fallback entry), as the user the client names. It listens on a
-// free loopback port and keeps its files in a temp dir, both removed by
+// free port (clients from loopback and from the partition links only: see
+// [Partitionable]) and keeps its files in a temp dir, both removed by
 // [Bouncer.Close]; should the process die first, a watchdog kills it.
 type Bouncer struct {
 	mode   PoolMode
@@ -156,9 +157,13 @@ func bouncerBinary() (string, error) {
 	return "", ErrNoBouncer
 }
 
-// writeConfig writes pgbouncer.ini and the user list. Clients are trusted
-// (the server decides who may log in: its own pg_hba.conf); a server
-// reached with a password (PGTEST_DSN) is logged into as that user.
+// writeConfig writes pgbouncer.ini, its hba file and the user list.
+// Clients are trusted (the server decides who may log in: its own
+// pg_hba.conf); a server reached with a password (PGTEST_DSN) is logged
+// into as that user. Like a local-mode server, the bouncer listens beyond
+// loopback for the partition links' range only (its hba file rejects every
+// other address), so that a [Partitionable] proxy in front of it cuts
+// PgBouncer's own client connections.
 func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 	db := fmt.Sprintf("host=%s port=%d", target.Host, target.Port)
 	if target.Password != "" {
@@ -168,10 +173,11 @@ func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 		"[databases]",
 		"* = " + db,
 		"[pgbouncer]",
-		"listen_addr = 127.0.0.1",
+		"listen_addr = 0.0.0.0",
 		"listen_port = " + strconv.Itoa(b.port),
 		"unix_socket_dir =",
-		"auth_type = trust",
+		"auth_type = hba",
+		"auth_hba_file = " + filepath.Join(b.dir, "hba.conf"),
 		"auth_file = " + filepath.Join(b.dir, "userlist.txt"),
 		"pool_mode = " + string(b.mode),
 		"max_client_conn = 2000",
@@ -184,6 +190,10 @@ func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 		"log_disconnections = 0",
 		"",
 	}, "\n")
+	hba := "host all all 127.0.0.1/32 trust\nhost all all " + partitionSubnet + " trust\n"
+	if err := os.WriteFile(filepath.Join(b.dir, "hba.conf"), []byte(hba), 0o644); err != nil {
+		return err
+	}
 	users := fmt.Sprintf("%s \"\"\n", iniQuote(target.User))
 	if err := os.WriteFile(filepath.Join(b.dir, "userlist.txt"), []byte(users), 0o644); err != nil {
 		return err

@@ -110,10 +110,14 @@
 // [NewBouncer] and [DB.Bouncer] start a real PgBouncer (the pgbouncer
 // binary: PGTEST_PGBOUNCER, PATH or /usr/sbin; Debian's package) in
 // session or transaction pooling mode in front of a server, on a free
-// loopback port, with every database reachable under its own name. It is
-// stopped, its files removed, when the test ends, and killed by a watchdog
-// should the test binary die first (TestBouncerTeardown). Without the
-// binary the test is skipped, unless the CI environment variable is set.
+// loopback port, with every database reachable under its own name. It also
+// takes clients from the partition links' range, so that a [Partitionable]
+// proxy in front of it cuts PgBouncer's own client connections while its
+// link to the server stays healthy, and refuses every other address
+// (TestBouncerReach). It is stopped, its files removed, when the test ends,
+// and killed by a watchdog should the test binary die first
+// (TestBouncerTeardown). Without the binary the test is skipped, unless
+// the CI environment variable is set.
 //
 // # Use
 //

@@ -1,0 +1,50 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pglocks/pglocks/lease"
+)
+
+// TestIntervalLowerBounds: the store's intervals have lower bounds, so no
+// setting makes a busy loop: Config.CheckInterval at least 1ms (refused by
+// New), and a kept-alive lease's renewal interval, TTL ×
+// Config.RenewFraction, at least 100µs (refused by TryAcquire and Do with
+// ErrInvalidTTL naming RenewFraction and the bound; a RenewFraction of
+// 1e-12 made it 0 — a renewal every round — before). The bound itself is
+// accepted.
+func TestIntervalLowerBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	if _, err := lease.New(b.pool, lease.Config{CheckInterval: time.Nanosecond}); !errors.Is(err, lease.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "Config.CheckInterval 1ns is below 1ms") {
+		t.Errorf("CheckInterval 1ns: %v, want ErrInvalidConfig naming the field and 1ms", err)
+	}
+	s := newStore(t, b.pool, lease.Config{RenewFraction: 1e-12})
+	want := "TTL × Config.RenewFraction (0s) is below the minimum of 100µs"
+	if _, err := s.TryAcquire(ctx, "tiny-renew", time.Second, lease.WithKeepAlive()); !errors.Is(err, lease.ErrInvalidTTL) ||
+		!strings.Contains(err.Error(), want) {
+		t.Errorf("TryAcquire with keep-alive every 1ps: %v, want ErrInvalidTTL saying %q", err, want)
+	}
+	ran := false
+	err := s.Do(ctx, "tiny-renew", time.Second, func(context.Context) error { ran = true; return nil })
+	if !errors.Is(err, lease.ErrInvalidTTL) || !strings.Contains(err.Error(), want) || ran {
+		t.Errorf("Do with keep-alive every 1ps: %v (fn ran: %v), want ErrInvalidTTL saying %q", err, ran, want)
+	}
+	// Without keep-alive nothing renews on a schedule: the fraction is unused.
+	l := mustTry(t, s, "tiny-renew", time.Second)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// At the bound: renewed every 100µs (TTL 10ms × 0.01).
+	at := newStore(t, b.pool, lease.Config{RenewFraction: 0.01})
+	l = mustTry(t, at, "at-bound", 10*time.Millisecond, lease.WithKeepAlive())
+	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatal(err)
+	}
+}
