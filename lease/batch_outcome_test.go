@@ -15,7 +15,8 @@ import (
 
 // TestQueuedCallGivesUp: a call whose ctx ends while it waits in the queue
 // was never sent, and says so (outcome Retry, not Unknown): a TryAcquire
-// took nothing; a Release leaves its lease live. A fast retake whose ctx
+// took nothing; a Release ends its lease as released (not lost), and the
+// release goes on in the background, which frees the row. A fast retake whose ctx
 // ends once a batch took it returns at once with an unknown outcome; a
 // batch that has not sent it yet leaves it out.
 func TestQueuedCallGivesUp(t *testing.T) {
@@ -32,12 +33,13 @@ func TestQueuedCallGivesUp(t *testing.T) {
 	if _, err := e.s.TryAcquire(short, "a", time.Minute); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry {
 		t.Fatalf("queued TryAcquire: %v (%v), want a deadline, not sent", err, outcome.Of(err))
 	}
-	if err := l.Release(short); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry {
-		t.Fatalf("queued Release: %v (%v), want a deadline, not sent", err, outcome.Of(err))
+	if err := l.Release(short); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry || !errors.Is(err, ErrReleased) {
+		t.Fatalf("queued Release: %v (%v), want a deadline, not sent, released", err, outcome.Of(err))
 	}
-	if owner, token, _ := e.row(t, "a"); owner != nil || token != tokenA || l.Err() != nil || e.s.fasts.queued()+e.s.rels.queued() != 0 {
+	if owner, token, _ := e.row(t, "a"); owner != nil || token != tokenA || !errors.Is(l.Err(), ErrReleased) || e.s.fasts.queued()+e.s.rels.queued() != 0 {
 		t.Fatalf("a: owner %v token %d (was %d); lease err %v; queues %d %d", owner, token, tokenA, l.Err(), e.s.fasts.queued(), e.s.rels.queued())
 	}
+	waitUntil(t, "the background release of the given-up Release", func() bool { owner, _, _ := e.row(t, "held"); return owner == nil })
 
 	gone, cancel := context.WithCancel(e.ctx)
 	errc := make(chan error, 1)

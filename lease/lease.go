@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -268,14 +269,28 @@ func (l *Lease) endedErr() error {
 // shows this acquisition held until its expiry — a delay for the next
 // holder, never a second one.
 //
+// Whatever its outcome, Release ends the Lease: once it has returned, the
+// keep-alive is stopped for good and nothing renews the row, so a caller
+// that drops the error (a deferred Release) strands no name. Only bad
+// input (a nil ctx or Lease) and a closed store leave the Lease as it was.
+//
 // If the release may have run but no answer came (the reply was lost, ctx
 // ended while it ran), another client may already hold the name: the Lease
 // ends at once — Lost is closed and Context cancelled, with an error
 // wrapping [ErrLost] that says the outcome is unknown — and the release is
 // retried in the background until the server answers (for at most the
-// TTL, after which the row has expired anyway). An error that proves the
-// release did not run (the pool is closed, say) leaves the lease live, so
-// Release can be retried. ctx bounds the round trip and the wait.
+// TTL, after which the row has expired anyway).
+//
+// If the release was not sent (no connection could be had: the server
+// restarts, say, or ctx ended while it waited in the store's queue), the
+// Lease ends as released — Context cancelled with a cause wrapping
+// [ErrReleased], Lost left open: nobody else can hold the name until the
+// release runs or the row expires — and Release returns an error that
+// wraps ErrReleased and says why; the release is retried in the background
+// as above, and the row is freed once the server answers (or expires at
+// the end of its TTL). A release the server refused without running it (no
+// privilege), or one a closed pool cannot send, is not retried: the row
+// expires at the end of its TTL. ctx bounds the round trip and the wait.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.release(ctx); err != nil {
 		return fmt.Errorf("release lease %q: %w", short(l.name), err)
@@ -293,7 +308,7 @@ func (l *Lease) release(ctx context.Context) error {
 	}
 	defer s.exit()
 	l.mu.Lock()
-	if l.ended && l.err == ErrReleased {
+	if l.ended && errors.Is(l.err, ErrReleased) {
 		l.mu.Unlock()
 		return fmt.Errorf("%w (already released)", ErrNotHeld)
 	}
@@ -313,9 +328,7 @@ func (l *Lease) release(ctx context.Context) error {
 		l.end(err, true)
 		s.releaseLater(l.name, l.owner, l.token, l.ttl)
 	case err != nil:
-		l.resumeKeepAlive() // nothing ran: the lease stays live, Release may be retried
-		l.mu.Unlock()
-		return err
+		err = l.notSent(err) // nothing ran; the holder has given the lease up all the same
 	case !released:
 		if !l.end(fmt.Errorf("%w: lease %q: release: %w", ErrLost, short(l.name), ErrNotHeld), true) {
 			err = l.endedErr()
@@ -365,14 +378,26 @@ func (l *Lease) stopKeepAlive(ctx context.Context) error {
 	return nil
 }
 
-// resumeKeepAlive ends a Release that did not run: the lease stays live,
-// and its keep-alive, if it had one, starts again. l.mu must be held, and
-// the caller be inside enter/exit.
-func (l *Lease) resumeKeepAlive() {
-	l.releasing = false
-	if l.ka != nil && !l.ended && l.ka.stopped() {
-		l.startKeepAlive()
+// notSent ends the lease after a release that was not sent, or that the
+// server refused without running it (err), and returns the error of
+// Release: the holder gave the lease up, so it ends as released — not lost:
+// nobody else can hold the name before the release runs or the row
+// expires — and the release is retried in the background until the server
+// answers (see settle) unless retrying cannot help (a closed pool, no
+// privilege): then the row expires at the end of its TTL. Either way
+// nothing renews it any more. l.mu must be held, and the caller be inside
+// enter/exit.
+func (l *Lease) notSent(err error) error {
+	s := l.store
+	if outcome.Of(err) == outcome.Fatal {
+		err = fmt.Errorf("%w, not on the server: lease %q: the release failed (%w); the row expires at the end of its TTL", ErrReleased, short(l.name), err)
+	} else {
+		err = fmt.Errorf("%w, in the background: lease %q: the release could not be sent (%w); it is retried until the server answers", ErrReleased, short(l.name), err)
+		s.releaseLater(l.name, l.owner, l.token, l.ttl)
 	}
+	s.cfg.Logger.Warn("lease: release not sent", "lease", short(l.name), "owner", l.owner, "token", l.token, "err", err)
+	l.end(err, false)
+	return err
 }
 
 // Assert checks with the server that the lease is still held with at least
