@@ -205,8 +205,20 @@ type options struct {
 	keepAlive bool
 }
 
-// Option configures one TryAcquire, Acquire, Resume or Do call.
+// Option configures one TryAcquire, Acquire, Resume or Do call. A nil
+// Option does nothing.
 type Option func(*options)
+
+// applyOptions returns the options opts set, skipping nil ones.
+func applyOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
 
 // WithOwner makes the lease's owner id instead of a fresh random UUID v4;
 // it must not be the zero UUID. Acquiring with the owner of a lease already

@@ -197,7 +197,11 @@
 //     TestAcquireFirstTryTransient), a closed pool is not
 //     (TestAcquireClosedPool).
 //   - Bad input gives an error naming it, never a panic (TestBadInput,
-//     TestNilArguments, TestKeepAliveMarginChecked, TestLongNameInErrors).
+//     TestNilArguments, TestKeepAliveMarginChecked, TestLongNameInErrors);
+//     so does every method of a nil or zero Store or Lease — a nil *Lease
+//     is what a failed TryAcquire returns, and a deferred Release of it
+//     returns an error (TestQuickStartBusy; internal/nilsafe's TestMethods
+//     calls every exported method of the module that way).
 //   - The listener's memory and goroutines stay flat under notification
 //     floods (TestListenerFlatOverNotifications); every goroutine is joined
 //     (goleak in TestMain).

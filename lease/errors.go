@@ -69,6 +69,9 @@ type HeldError struct {
 
 // Error describes the holder.
 func (e *HeldError) Error() string {
+	if e == nil {
+		return "lease: nil *HeldError"
+	}
 	return fmt.Sprintf("lease %q: held by %s (token %d) for another %v",
 		e.Name, e.Owner, e.Token, e.ExpiresIn.Round(time.Microsecond))
 }

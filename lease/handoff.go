@@ -48,6 +48,9 @@ func (h Handle) MarshalText() ([]byte, error) {
 
 // UnmarshalText parses the text form made by [Handle.MarshalText].
 func (h *Handle) UnmarshalText(text []byte) error {
+	if h == nil {
+		return errors.New("lease: parse handle: nil *Handle")
+	}
 	s, ok := strings.CutPrefix(string(text), handlePrefix)
 	if !ok {
 		return fmt.Errorf("lease: parse handle: missing %q prefix", handlePrefix)
@@ -107,11 +110,11 @@ func (s *Store) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, e
 }
 
 func (s *Store) resume(ctx context.Context, h Handle, opts []Option) (*Lease, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := applyOptions(opts)
 	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
 	if err := h.validate(); err != nil {

@@ -74,23 +74,49 @@ func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, toke
 	return l, nil
 }
 
-// Name returns the lease's name.
-func (l *Lease) Name() string { return l.name }
+// Name returns the lease's name ("" for a nil Lease).
+func (l *Lease) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
-// Owner returns the lease's owner id.
-func (l *Lease) Owner() uuid.UUID { return l.owner }
+// Owner returns the lease's owner id (the zero UUID for a nil Lease).
+func (l *Lease) Owner() uuid.UUID {
+	if l == nil {
+		return uuid.Nil
+	}
+	return l.owner
+}
 
 // Token returns the lease's fencing token: greater than the token of every
 // earlier acquisition of the same name. Hand it to a protected resource,
-// which refuses writes carrying a token lower than one it has seen.
-func (l *Lease) Token() int64 { return l.token }
+// which refuses writes carrying a token lower than one it has seen. A nil
+// Lease's is 0, which no acquisition has.
+func (l *Lease) Token() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
-// TTL returns the lease's time to live, which every renewal restores.
-func (l *Lease) TTL() time.Duration { return l.ttl }
+// TTL returns the lease's time to live, which every renewal restores (0
+// for a nil Lease).
+func (l *Lease) TTL() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.ttl
+}
 
 // ExpiresAt returns the lease's expiry by the server clock, as of the last
-// successful acquire or renew. Compare it only with server times.
+// successful acquire or renew. Compare it only with server times. A nil
+// Lease's is the zero time.
 func (l *Lease) ExpiresAt() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.expiresAt
@@ -101,8 +127,12 @@ func (l *Lease) ExpiresAt() time.Time {
 // it returns as passed is final: the lease is lost then (Lost, Context), as
 // it is when the deadline's timer runs, and a renewal answered later does
 // not revive it — on a stalled scheduler that answer can come before the
-// timer's turn, and the caller has already stopped trusting.
+// timer's turn, and the caller has already stopped trusting. A nil or zero
+// Lease's is the zero time.
 func (l *Lease) TrustedUntil() time.Time {
+	if l.usable() != nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.ended && !l.store.cfg.Now().Before(l.trustUntil) {
@@ -112,21 +142,43 @@ func (l *Lease) TrustedUntil() time.Time {
 }
 
 // Handle returns the lease's (name, owner, token), to resume it elsewhere
-// with [Store.Resume].
-func (l *Lease) Handle() Handle { return Handle{Name: l.name, Owner: l.owner, Token: l.token} }
+// with [Store.Resume] (the zero Handle, which Resume refuses, for a nil
+// Lease).
+func (l *Lease) Handle() Handle {
+	if l == nil {
+		return Handle{}
+	}
+	return Handle{Name: l.name, Owner: l.owner, Token: l.token}
+}
 
 // Lost returns a channel closed when the lease is lost (but not when it is
-// released or abandoned; see [Lease.Context] for all three).
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+// released or abandoned; see [Lease.Context] for all three). A nil or zero
+// Lease holds nothing: its channel is closed.
+func (l *Lease) Lost() <-chan struct{} {
+	if l.usable() != nil {
+		return noLost
+	}
+	return l.lost
+}
 
 // Context returns a context cancelled when the lease ends: lost (cause
 // wraps [ErrLost]), released ([ErrReleased]) or abandoned by Store.Close
-// ([ErrClosed]). Use context.Cause to tell which.
-func (l *Lease) Context() context.Context { return l.ctx }
+// ([ErrClosed]). Use context.Cause to tell which. A nil or zero Lease's is
+// cancelled, with the cause Err returns.
+func (l *Lease) Context() context.Context {
+	if err := l.usable(); err != nil {
+		return endedContext(err)
+	}
+	return l.ctx
+}
 
 // Err returns nil while the lease is live, else why it ended, as
-// context.Cause(l.Context()) does.
+// context.Cause(l.Context()) does; for a nil or zero Lease, an error
+// saying so.
 func (l *Lease) Err() error {
+	if err := l.usable(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -201,6 +253,9 @@ func (l *Lease) args() []any { return []any{l.name, pgUUID(l.owner), l.token} }
 // stays lost though the server may have extended its row; Release frees
 // the row. ctx bounds the round trip.
 func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		return fmt.Errorf("renew lease: %w", err)
+	}
 	if err := l.renew(ctx); err != nil {
 		return fmt.Errorf("renew lease %q: %w", short(l.name), err)
 	}
@@ -292,6 +347,9 @@ func (l *Lease) endedErr() error {
 // privilege), or one a closed pool cannot send, is not retried: the row
 // expires at the end of its TTL. ctx bounds the round trip and the wait.
 func (l *Lease) Release(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		return fmt.Errorf("release lease: %w", err)
+	}
 	if err := l.release(ctx); err != nil {
 		return fmt.Errorf("release lease %q: %w", short(l.name), err)
 	}
@@ -406,6 +464,9 @@ func (l *Lease) notSent(err error) error {
 // [ErrNotHeld]; held with less time left: one wrapping [ErrTimeLeft]. It
 // does not renew. ctx bounds the round trip.
 func (l *Lease) Assert(ctx context.Context, atLeast time.Duration) error {
+	if err := l.usable(); err != nil {
+		return fmt.Errorf("assert lease: %w", err)
+	}
 	if err := checkCtx(ctx); err != nil {
 		return fmt.Errorf("assert lease %q: %w", short(l.name), err)
 	}
@@ -433,6 +494,9 @@ func (l *Lease) Assert(ctx context.Context, atLeast time.Duration) error {
 // the package doc, Fencing). A nil ctx or tx is an error. ctx bounds the
 // statement.
 func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
+	if err := l.usable(); err != nil {
+		return fmt.Errorf("guard lease: %w", err)
+	}
 	if err := checkCtx(ctx); err != nil {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}

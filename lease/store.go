@@ -62,8 +62,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Config returns the store's configuration, defaults filled in.
-func (s *Store) Config() Config { return s.cfg }
+// Config returns the store's configuration, defaults filled in (the zero
+// Config for a nil Store).
+func (s *Store) Config() Config {
+	if s == nil {
+		return Config{}
+	}
+	return s.cfg
+}
 
 // Close stops every keep-alive and the listener, wakes every waiting
 // [Store.Acquire] (which returns [ErrClosed]) and waits for the store's
@@ -78,6 +84,9 @@ func (s *Store) Config() Config { return s.cfg }
 func (s *Store) Close(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("lease: close: nil context")
+	}
+	if err := s.usable(); err != nil {
+		return fmt.Errorf("lease: close: %w", err)
 	}
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -102,7 +111,12 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 }
 
+// checkOpen returns nil while the store is open, ErrClosed after Close, and
+// an error naming the problem for a nil or zero Store.
 func (s *Store) checkOpen() error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	if s.ctx.Err() != nil {
 		return ErrClosed
 	}
@@ -203,10 +217,7 @@ func (s *Store) checkKeepAlive(ttl time.Duration) error {
 
 // check validates the arguments common to TryAcquire, Acquire and Do.
 func (s *Store) check(ctx context.Context, name string, ttl time.Duration, opts []Option) (options, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := applyOptions(opts)
 	if err := checkCtx(ctx); err != nil {
 		return o, err
 	}
