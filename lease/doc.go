@@ -197,7 +197,12 @@
 //     TestAcquireFirstTryTransient), a closed pool is not
 //     (TestAcquireClosedPool).
 //   - Bad input gives an error naming it, never a panic (TestBadInput,
-//     TestNilArguments, TestKeepAliveMarginChecked, TestLongNameInErrors);
+//     TestNilArguments, TestKeepAliveMarginChecked, TestLongNameInErrors),
+//     before anything is sent: a Config.Hostname the server would refuse
+//     as text fails New, metadata its jsonb would refuse fails the acquire
+//     call with an error no retry cures (TestHostnameCheckedAtNew,
+//     TestMetadataCheckedBeforeSending; the rules are pinned to the
+//     server's by TestServerRefusesWhatChecksRefuse);
 //     so does every method of a nil or zero Store or Lease — a nil *Lease
 //     is what a failed TryAcquire returns, and a deferred Release of it
 //     returns an error (TestQuickStartBusy; internal/nilsafe's TestMethods

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // Store acquires and inspects leases in one lease table through a pool. It
@@ -230,8 +231,10 @@ func (s *Store) check(ctx context.Context, name string, ttl time.Duration, opts 
 	if err := s.checkTTL(ttl, o.keepAlive); err != nil {
 		return o, err
 	}
-	if o.metadata != nil && !jsonValid(o.metadata) {
-		return o, errors.New("lease: WithMetadata: not valid JSON")
+	if o.metadata != nil {
+		if err := checkJSON(o.metadata); err != nil {
+			return o, outcome.MarkFatal(fmt.Errorf("lease: WithMetadata: %w (PostgreSQL's jsonb refuses it)", err))
+		}
 	}
 	if o.hasOwner && o.owner == uuid.Nil {
 		return o, errors.New("lease: WithOwner: the zero UUID is not an owner (it marks a released lease in Info)")
