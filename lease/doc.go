@@ -180,6 +180,11 @@
 //   - Fencing: a stale holder's guarded write fails, and a takeover or
 //     Break waits for an open guarded transaction (TestGuardStaleHolder,
 //     TestTakeoverWaitsForGuard, TestGuardedCounterStress).
+//   - One Lease per acquisition in a store: Resume of a Handle whose
+//     acquisition the store holds as a live Lease returns that Lease, so
+//     a Release through either reference ends it for both
+//     (TestResumeLiveLease); an acquisition the store releases in the
+//     background is not resumed there (TestResumeWhileReleasing).
 //   - Client clocks do not matter (TestClockSkew).
 //   - Nothing is left held by a caller who got an error: a cancelled wait
 //     (TestAcquireCancelled), one cancelled while its statement waits for

@@ -27,10 +27,11 @@ type Store struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup // keep-alives and the listener
 
-	mu     sync.Mutex
-	closed bool
-	leases map[*Lease]struct{} // live leases with a keep-alive or trust timer
-	lis    *listener           // started by the first Acquire that waits
+	mu        sync.Mutex
+	closed    bool
+	leases    map[Handle]*Lease // live leases, one per acquisition
+	releasing map[Handle]int    // acquisitions released in the background (releaseInBackground)
+	lis       *listener         // started by the first Acquire that waits
 
 	turns turns                   // Acquire calls queued per name (see queue.go)
 	rels  combiner[queuedRelease] // releases combined into batches (batch.go)
@@ -53,11 +54,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		pool:   newModalPool(pool),
-		cfg:    cfg,
-		q:      newQueries(cfg),
-		leases: make(map[*Lease]struct{}),
-		turns:  turns{q: make(map[string][]*turn)},
+		pool:      newModalPool(pool),
+		cfg:       cfg,
+		q:         newQueries(cfg),
+		leases:    make(map[Handle]*Lease),
+		releasing: make(map[Handle]int),
+		turns:     turns{q: make(map[string][]*turn)},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s, nil
@@ -93,7 +95,7 @@ func (s *Store) Close(ctx context.Context) error {
 		s.mu.Lock()
 		s.closed = true
 		leases := make([]*Lease, 0, len(s.leases))
-		for l := range s.leases {
+		for _, l := range s.leases {
 			leases = append(leases, l)
 		}
 		s.mu.Unlock()
@@ -140,22 +142,37 @@ func (s *Store) enter() error {
 
 func (s *Store) exit() { s.wg.Done() }
 
-// track registers a live lease so that Close can stop it; it fails once
-// the store is closed.
-func (s *Store) track(l *Lease) error {
+// track registers a live lease so that Close can stop it and Resume find
+// it; it fails once the store is closed. If the store already has a live
+// Lease of the same acquisition (a racing Resume made it), it returns that
+// one and registers nothing.
+func (s *Store) track(l *Lease) (*Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
-	s.leases[l] = struct{}{}
-	return nil
+	h := l.Handle()
+	if live := s.leases[h]; live != nil {
+		return live, nil
+	}
+	s.leases[h] = l
+	return nil, nil
 }
 
 func (s *Store) untrack(l *Lease) {
 	s.mu.Lock()
-	delete(s.leases, l)
+	if h := l.Handle(); s.leases[h] == l {
+		delete(s.leases, h)
+	}
 	s.mu.Unlock()
+}
+
+// liveLease returns the store's live Lease of the acquisition h, or nil.
+func (s *Store) liveLease(h Handle) *Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leases[h]
 }
 
 // checkName applies [pglocks.ValidateName] and [MaxNameLen].
