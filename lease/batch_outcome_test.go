@@ -100,14 +100,18 @@ func TestGivenUpInFlightIsUnknown(t *testing.T) {
 }
 
 // TestBatchErrorRunsAlone: a batch that fails without running — here the
-// server refuses one call's metadata, which json.Valid accepts and jsonb
-// does not — fails no call: each runs its statement alone, and only the
-// call with the bad metadata fails.
+// server refuses one call's metadata, which a check constraint of this
+// test's table forbids (metadata that jsonb itself refuses is refused
+// before sending now) — fails no call: each runs its statement alone, and
+// only the call with the bad metadata fails.
 func TestBatchErrorRunsAlone(t *testing.T) {
 	t.Parallel()
 	e := newBatchEnv(t, "a", "b")
+	if _, err := e.conn.Exec(e.ctx, `alter table pglocks_leases add constraint no_poison check (not coalesce(metadata ? 'poison', false))`); err != nil {
+		t.Fatal(err)
+	}
 	busyLanes(e)
-	bad := json.RawMessage(`{"k": "\u0000"}`)
+	bad := json.RawMessage(`{"poison": true}`)
 	errA, errB := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := e.s.TryAcquire(e.ctx, "a", time.Minute); errA <- err }()
 	waitUntil(t, "a queued", func() bool { return e.s.fasts.queued() == 1 })
@@ -121,7 +125,7 @@ func TestBatchErrorRunsAlone(t *testing.T) {
 	if err := recv(t, errA); err != nil {
 		t.Fatalf("a, whose batch failed for b's metadata: %v", err)
 	}
-	if err := recv(t, errB); outcome.Of(err) != outcome.Fatal || outcome.SQLState(err) != "22P05" {
+	if err := recv(t, errB); outcome.Of(err) != outcome.Fatal || outcome.SQLState(err) != "23514" {
 		t.Fatalf("b, with metadata jsonb refuses: %v", err)
 	}
 	if owner, _, _ := e.row(t, "a"); owner == nil {
