@@ -114,7 +114,8 @@ func (o *outage) end(t *testing.T) {
 // after d with the row's state.
 func (o *outage) waitReleased(t *testing.T, name string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	deadline := start.Add(d)
 	for {
 		var (
 			held  bool
@@ -124,6 +125,7 @@ func (o *outage) waitReleased(t *testing.T, name string, d time.Duration) {
 		err := o.admin.QueryRow(context.Background(), `select owner is not null and expires_at > now(), token,
 			extract(epoch from greatest(expires_at - now(), interval '0'))::float8 from pglocks_leases where name = $1`, name).Scan(&held, &token, &left)
 		if err == nil && !held {
+			t.Logf("the row of %s was released %v after the outage ended", name, time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Now().After(deadline) {
