@@ -49,6 +49,9 @@ type Lock struct {
 // VerifiedAt plus a grace longer than PingInterval and a round trip, as
 // package leader does. It keeps its last value once the lock has ended.
 func (lk *Lock) VerifiedAt() time.Time {
+	if lk.unusable() != nil {
+		return time.Time{}
+	}
 	if v := lk.frozen.Load(); v != 0 {
 		return monoBase.Add(time.Duration(v - 1))
 	}
@@ -92,35 +95,82 @@ func (lk *Lock) endLocked(st lockState, err error) {
 
 var errUnlocked = errors.New("advisory: unlocked")
 
-var errNilLock = errors.New("nil *Lock")
+var (
+	errNilLock  = errors.New("nil *Lock")
+	errZeroLock = errors.New("zero Lock (locks come from a Locker)")
+)
 
-// Key returns the key the lock holds.
-func (lk *Lock) Key() pglocks.Key { return lk.key }
+// unusable says why lk, nil or the zero Lock, is no lock; nil for a Lock a
+// Locker made.
+func (lk *Lock) unusable() error {
+	switch {
+	case lk == nil:
+		return errNilLock
+	case lk.l == nil:
+		return errZeroLock
+	}
+	return nil
+}
+
+// Key returns the key the lock holds (the zero Key for a nil Lock).
+func (lk *Lock) Key() pglocks.Key {
+	if lk == nil {
+		return pglocks.Key{}
+	}
+	return lk.key
+}
 
 // Shared reports whether the lock is shared (RLock) rather than exclusive.
-func (lk *Lock) Shared() bool { return lk.shared }
+func (lk *Lock) Shared() bool { return lk != nil && lk.shared }
 
 // PID returns the server process id (pg_backend_pid) of the session that
-// holds the lock, as shown by pg_locks and pg_stat_activity.
-func (lk *Lock) PID() uint32 { return lk.pid }
+// holds the lock, as shown by pg_locks and pg_stat_activity (0 for a nil
+// Lock).
+func (lk *Lock) PID() uint32 {
+	if lk == nil {
+		return 0
+	}
+	return lk.pid
+}
 
 // Lost returns a channel that is closed when the lock ends other than by
 // [Lock.Unlock]: its session died (see [ErrLost]) or [Locker.Close]
 // released it (see [ErrClosed]). [Lock.Err] then says which. The channel
-// stays open after a successful Unlock.
-func (lk *Lock) Lost() <-chan struct{} { return lk.lost }
+// stays open after a successful Unlock. A nil or zero Lock holds nothing:
+// its channel is closed.
+func (lk *Lock) Lost() <-chan struct{} {
+	if lk.unusable() != nil {
+		return closedChan
+	}
+	return lk.lost
+}
+
+// closedChan is the Lost channel of a nil or zero Lock.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Context returns a context that is cancelled when the lock ends: on loss,
 // with a cause wrapping [ErrLost] or [ErrClosed] (see context.Cause), and
 // also on Unlock. Use it to bound work that must run only under the lock.
-func (lk *Lock) Context() context.Context { return lk.ctx }
+// A nil or zero Lock's is cancelled, with the cause Err returns.
+func (lk *Lock) Context() context.Context {
+	if err := lk.unusable(); err != nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(err)
+		return ctx
+	}
+	return lk.ctx
+}
 
 // Err returns nil while the lock is held or after it was unlocked, and why
 // it ended otherwise: an error wrapping [ErrLost] or [ErrClosed]. For a
-// nil *Lock it returns an error saying so.
+// nil or zero Lock it returns an error saying so.
 func (lk *Lock) Err() error {
-	if lk == nil {
-		return errNilLock
+	if err := lk.unusable(); err != nil {
+		return err
 	}
 	lk.l.mu.Lock()
 	defer lk.l.mu.Unlock()
@@ -140,8 +190,8 @@ func (lk *Lock) Err() error {
 // lock stays held, so Unlock can be called again.
 func (lk *Lock) Unlock(ctx context.Context) error {
 	switch {
-	case lk == nil:
-		return fmt.Errorf("advisory: unlock: %w", errNilLock)
+	case lk.unusable() != nil:
+		return fmt.Errorf("advisory: unlock: %w", lk.unusable())
 	case ctx == nil:
 		return opErr("unlock", lk.key, errNilContext)
 	}

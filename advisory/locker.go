@@ -161,6 +161,8 @@ func (l *Locker) Close(ctx context.Context) error {
 	switch {
 	case l == nil:
 		return fmt.Errorf("advisory: close: %w", errNilLocker)
+	case l.closing == nil:
+		return errors.New("advisory: close: zero Locker (make one with advisory.New)")
 	case ctx == nil:
 		return errors.New("advisory: close: nil context")
 	}

@@ -6,6 +6,13 @@
 // body. The lock is released when the handler returns, also when it
 // panics, and the handler's context is cancelled if the lock is lost.
 //
+// A release that fails does not strand the resource: an advisory unlock
+// the server refused is tried again within Config.ReleaseTimeout (a
+// refusal that outlasts it leaves the lock held with its session); a
+// lease's release that could not be sent (the server restarting) ends the
+// lease all the same and goes on in the lease store's background, so its
+// row is freed once the server answers, or expires at the end of its TTL.
+//
 // Locks come from a [Source]: [Advisory] (session advisory locks, held as
 // long as the Locker's session) or [Lease] (leases kept alive while the
 // handler runs, whose busy answers carry the holder's time left as
@@ -26,6 +33,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/pglocks/pglocks/internal/backoff"
 )
 
 // DefaultRetryAfter is Config.RetryAfter unless set.
@@ -54,8 +63,12 @@ type Config struct {
 	// problem+json body.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 
-	// ReleaseTimeout bounds the release after the handler returned.
-	// Default: 5s.
+	// ReleaseTimeout bounds the release after the handler returned,
+	// retries included: a release that fails while the lock is still held
+	// (an advisory unlock the server refused) is tried again with backoff
+	// until then. A lease's release that could not be sent (the server
+	// restarting) goes on in the lease store's background after that (see
+	// lease.Lease.Release). Default: 5s.
 	ReleaseTimeout time.Duration
 }
 
@@ -114,15 +127,30 @@ func serve(cfg Config, next http.Handler, w http.ResponseWriter, r *http.Request
 	}
 	// Deferred calls run in reverse, also on panic: the handler's context
 	// ends first, then the lock is released.
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cfg.ReleaseTimeout)
-		defer cancel()
-		_ = held.Release(rctx)
-	}()
+	defer release(cfg, held, r)
 	ctx, cancelCause := context.WithCancelCause(r.Context())
 	defer cancelCause(nil)
 	defer context.AfterFunc(held.Context(), func() { cancelCause(context.Cause(held.Context())) })()
 	next.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// release gives held up within cfg.ReleaseTimeout. A release that fails
+// while the lock is still held (its Context not done) is tried again with
+// backoff until then: an advisory unlock the server refused (a revoked
+// privilege, an operator's pg_cancel_backend) leaves the lock held on its
+// session, and the resource would be answered 429 for as long as the
+// session lives. A lease's Release ends the lease whatever its outcome
+// (lease.Lease.Release), so it is tried once: a release that could not be
+// sent goes on in the lease store's background.
+func release(cfg Config, held Held, r *http.Request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cfg.ReleaseTimeout)
+	defer cancel()
+	var bo backoff.Backoff
+	for held.Release(ctx) != nil && held.Context().Err() == nil {
+		if bo.Wait(ctx) != nil {
+			return
+		}
+	}
 }
 
 // seconds rounds d up to whole seconds, at least 1.

@@ -27,13 +27,23 @@ type BusyError struct {
 	Err error
 }
 
-func (e *BusyError) Error() string { return fmt.Sprintf("httplock: %q is busy: %v", e.Name, e.Err) }
+func (e *BusyError) Error() string {
+	if e == nil {
+		return "httplock: nil *BusyError"
+	}
+	return fmt.Sprintf("httplock: %q is busy: %v", e.Name, e.Err)
+}
 
 // Is reports whether target is [ErrBusy].
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // Unwrap returns the underlying error.
-func (e *BusyError) Unwrap() error { return e.Err }
+func (e *BusyError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Held is one lock taken by a [Source]: the middleware releases it when
 // the handler returns.

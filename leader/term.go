@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -119,8 +120,12 @@ func (t Term) checked(now, until time.Time) time.Time {
 // the current one (owner, term number and expiry, by the server clock) and
 // locks the lease row FOR SHARE, so no later term can begin before tx ends:
 // tx's writes commit only while this term leads. It returns an error
-// wrapping [lease.ErrNotHeld] when the term is over. See [lease.Lease.Guard].
+// wrapping [lease.ErrNotHeld] when the term is over, and for the zero
+// Term, which is no term. See [lease.Lease.Guard].
 func (t Term) Guard(ctx context.Context, tx pgx.Tx) error {
+	if t.lease == nil {
+		return fmt.Errorf("leader: guard: the zero Term is no term (use the one Run hands to lead): %w", lease.ErrNotHeld)
+	}
 	return t.lease.Guard(ctx, tx)
 }
 

@@ -141,11 +141,35 @@ func (s *Store) cleanup(name string, attempt uuid.UUID, ttl time.Duration, b bac
 }
 
 // releaseLater releases (name, owner, token) in the background, after a
-// release whose outcome was unknown. The caller must be inside enter/exit.
+// release whose outcome was unknown or that was not sent. The caller must
+// be inside enter/exit.
 func (s *Store) releaseLater(name string, owner uuid.UUID, token int64, ttl time.Duration) {
-	s.settle(ttl, func(ctx context.Context) error {
+	s.releaseInBackground(Handle{Name: name, Owner: owner, Token: token}, ttl, func(ctx context.Context) error {
 		return s.releaseRow(ctx, name, owner, token)
 	})
+}
+
+// releaseInBackground settles stmt, the release of the acquisition h, and
+// meanwhile makes Resume refuse h: a Lease resumed now would be freed
+// under its holder. The caller must be inside enter/exit.
+func (s *Store) releaseInBackground(h Handle, ttl time.Duration, stmt func(ctx context.Context) error) {
+	s.mu.Lock()
+	s.releasing[h]++
+	s.mu.Unlock()
+	s.settleThen(ttl, stmt, func() {
+		s.mu.Lock()
+		if s.releasing[h]--; s.releasing[h] <= 0 {
+			delete(s.releasing, h)
+		}
+		s.mu.Unlock()
+	})
+}
+
+// isReleasing reports whether the store releases h in the background.
+func (s *Store) isReleasing(h Handle) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.releasing[h] > 0
 }
 
 // releaseTaken frees the row of an acquisition that cannot be handed out
@@ -179,9 +203,15 @@ func (s *Store) releaseRow(ctx context.Context, name string, owner uuid.UUID, to
 // anyway. stmt is idempotent and scoped to one exact acquisition. The
 // caller must be inside enter/exit, so that adding to s.wg is allowed.
 func (s *Store) settle(ttl time.Duration, stmt func(ctx context.Context) error) {
+	s.settleThen(ttl, stmt, func() {})
+}
+
+// settleThen is settle, and calls then when it is over.
+func (s *Store) settleThen(ttl time.Duration, stmt func(ctx context.Context) error, then func()) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer then()
 		ctx, cancel := context.WithTimeout(context.Background(), min(ttl, settleMax))
 		defer cancel()
 		var bo backoff.Backoff

@@ -15,7 +15,8 @@ import (
 
 // TestQueuedCallGivesUp: a call whose ctx ends while it waits in the queue
 // was never sent, and says so (outcome Retry, not Unknown): a TryAcquire
-// took nothing; a Release leaves its lease live. A fast retake whose ctx
+// took nothing; a Release ends its lease as released (not lost), and the
+// release goes on in the background, which frees the row. A fast retake whose ctx
 // ends once a batch took it returns at once with an unknown outcome; a
 // batch that has not sent it yet leaves it out.
 func TestQueuedCallGivesUp(t *testing.T) {
@@ -32,12 +33,13 @@ func TestQueuedCallGivesUp(t *testing.T) {
 	if _, err := e.s.TryAcquire(short, "a", time.Minute); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry {
 		t.Fatalf("queued TryAcquire: %v (%v), want a deadline, not sent", err, outcome.Of(err))
 	}
-	if err := l.Release(short); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry {
-		t.Fatalf("queued Release: %v (%v), want a deadline, not sent", err, outcome.Of(err))
+	if err := l.Release(short); !errors.Is(err, context.DeadlineExceeded) || outcome.Of(err) != outcome.Retry || !errors.Is(err, ErrReleased) {
+		t.Fatalf("queued Release: %v (%v), want a deadline, not sent, released", err, outcome.Of(err))
 	}
-	if owner, token, _ := e.row(t, "a"); owner != nil || token != tokenA || l.Err() != nil || e.s.fasts.queued()+e.s.rels.queued() != 0 {
+	if owner, token, _ := e.row(t, "a"); owner != nil || token != tokenA || !errors.Is(l.Err(), ErrReleased) || e.s.fasts.queued()+e.s.rels.queued() != 0 {
 		t.Fatalf("a: owner %v token %d (was %d); lease err %v; queues %d %d", owner, token, tokenA, l.Err(), e.s.fasts.queued(), e.s.rels.queued())
 	}
+	waitUntil(t, "the background release of the given-up Release", func() bool { owner, _, _ := e.row(t, "held"); return owner == nil })
 
 	gone, cancel := context.WithCancel(e.ctx)
 	errc := make(chan error, 1)
@@ -98,14 +100,18 @@ func TestGivenUpInFlightIsUnknown(t *testing.T) {
 }
 
 // TestBatchErrorRunsAlone: a batch that fails without running — here the
-// server refuses one call's metadata, which json.Valid accepts and jsonb
-// does not — fails no call: each runs its statement alone, and only the
-// call with the bad metadata fails.
+// server refuses one call's metadata, which a check constraint of this
+// test's table forbids (metadata that jsonb itself refuses is refused
+// before sending now) — fails no call: each runs its statement alone, and
+// only the call with the bad metadata fails.
 func TestBatchErrorRunsAlone(t *testing.T) {
 	t.Parallel()
 	e := newBatchEnv(t, "a", "b")
+	if _, err := e.conn.Exec(e.ctx, `alter table pglocks_leases add constraint no_poison check (not coalesce(metadata ? 'poison', false))`); err != nil {
+		t.Fatal(err)
+	}
 	busyLanes(e)
-	bad := json.RawMessage(`{"k": "\u0000"}`)
+	bad := json.RawMessage(`{"poison": true}`)
 	errA, errB := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := e.s.TryAcquire(e.ctx, "a", time.Minute); errA <- err }()
 	waitUntil(t, "a queued", func() bool { return e.s.fasts.queued() == 1 })
@@ -119,7 +125,7 @@ func TestBatchErrorRunsAlone(t *testing.T) {
 	if err := recv(t, errA); err != nil {
 		t.Fatalf("a, whose batch failed for b's metadata: %v", err)
 	}
-	if err := recv(t, errB); outcome.Of(err) != outcome.Fatal || outcome.SQLState(err) != "22P05" {
+	if err := recv(t, errB); outcome.Of(err) != outcome.Fatal || outcome.SQLState(err) != "23514" {
 		t.Fatalf("b, with metadata jsonb refuses: %v", err)
 	}
 	if owner, _, _ := e.row(t, "a"); owner == nil {

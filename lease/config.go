@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -101,7 +102,9 @@ type Config struct {
 	BatchAfter int
 
 	// Hostname is recorded in the hostname column of every lease this store
-	// acquires, for inspection. Default: os.Hostname().
+	// acquires, for inspection. It must be text the server accepts: valid
+	// UTF-8 without NUL bytes (New refuses it otherwise). Default:
+	// os.Hostname(), its NUL bytes dropped and invalid bytes replaced.
 	Hostname string
 
 	// PID is recorded in the pid column. Default: os.Getpid().
@@ -152,7 +155,8 @@ func (c Config) withDefaults() Config {
 		c.CheckInterval = DefaultCheckInterval
 	}
 	if c.Hostname == "" {
-		c.Hostname, _ = os.Hostname() // best effort: metadata only
+		h, _ := os.Hostname() // best effort: metadata only
+		c.Hostname = strings.ToValidUTF8(strings.ReplaceAll(h, "\x00", ""), "\uFFFD")
 	}
 	if c.PID == 0 {
 		c.PID = os.Getpid()
@@ -189,6 +193,9 @@ func (c Config) validate() error {
 	case c.PID < 0 || c.PID > 1<<31-1:
 		return fmt.Errorf("%w: Config.PID %d is not a process id", ErrInvalidConfig, c.PID)
 	}
+	if err := checkText(c.Hostname); err != nil {
+		return fmt.Errorf("%w: Config.Hostname %q %w", ErrInvalidConfig, short(c.Hostname), err)
+	}
 	return nil
 }
 
@@ -213,8 +220,20 @@ type options struct {
 	keepAlive bool
 }
 
-// Option configures one TryAcquire, Acquire, Resume or Do call.
+// Option configures one TryAcquire, Acquire, Resume or Do call. A nil
+// Option does nothing.
 type Option func(*options)
+
+// applyOptions returns the options opts set, skipping nil ones.
+func applyOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
 
 // WithOwner makes the lease's owner id instead of a fresh random UUID v4;
 // it must not be the zero UUID. Acquiring with the owner of a lease already
@@ -226,7 +245,11 @@ func WithOwner(id uuid.UUID) Option {
 }
 
 // WithMetadata records free-form JSON with the lease (metadata column), for
-// inspection. It must be valid JSON.
+// inspection. It must be JSON that PostgreSQL's jsonb accepts: valid UTF-8,
+// no \u0000 escape, no unpaired surrogate escape, numbers within numeric's
+// range (at most 131072 digits before the decimal point, 16383 after).
+// The acquire call refuses anything else before sending a statement, with
+// an error naming WithMetadata that no retry can cure.
 func WithMetadata(doc json.RawMessage) Option {
 	return func(o *options) { o.metadata = doc }
 }

@@ -65,6 +65,15 @@
 //     (Lost, Context; Err wraps ErrLost and says the outcome is unknown) and
 //     the release is retried in the background until the server answers,
 //     for at most min(TTL, 30 s).
+//   - A Release that was not sent (no connection: a server restarting; or
+//     its ctx ended while it waited in the store's queue) ends the Lease
+//     all the same, as released (Context's cause wraps ErrReleased; Lost
+//     stays open, since nobody else can hold the name before the release
+//     runs or the row expires), and the release is retried in the
+//     background in the same way. So every Release ends its Lease: once it
+//     returns, nothing renews the row, and a caller that drops its error —
+//     a deferred Release, httplock, Do — strands no name
+//     (TestReleaseNotSentEndsLease, TestDoReleaseNotSent).
 //   - Break is an operator's act: its outcome is reported as it came.
 //     BreakAcquisition is scoped to one acquisition (name, owner and
 //     token): with an
@@ -109,8 +118,9 @@
 //     serialization failure, one call's input refused by the server —
 //     fails no call: each runs its statement alone (TestBatchErrorRunsAlone).
 //   - A call whose ctx ends while it is queued was never sent: TryAcquire
-//     returns an error that is not an unknown outcome, and Release leaves
-//     the lease live (TestQueuedCallGivesUp).
+//     returns an error that is not an unknown outcome, and Release ends
+//     the lease as released, its release retried in the background (see
+//     Unknown outcomes; TestQueuedCallGivesUp).
 //   - A call whose ctx ends once a batch took it returns at once with an
 //     unknown outcome, whatever the ctx's cause (TestGivenUpInFlightIsUnknown).
 //     The batch, which runs on a context of its own so that one caller
@@ -170,13 +180,21 @@
 //   - Fencing: a stale holder's guarded write fails, and a takeover or
 //     Break waits for an open guarded transaction (TestGuardStaleHolder,
 //     TestTakeoverWaitsForGuard, TestGuardedCounterStress).
+//   - One Lease per acquisition in a store: Resume of a Handle whose
+//     acquisition the store holds as a live Lease returns that Lease, so
+//     a Release through either reference ends it for both
+//     (TestResumeLiveLease); an acquisition the store releases in the
+//     background is not resumed there (TestResumeWhileReleasing).
 //   - Client clocks do not matter (TestClockSkew).
 //   - Nothing is left held by a caller who got an error: a cancelled wait
 //     (TestAcquireCancelled), one cancelled while its statement waits for
 //     the row — its backend is terminated (or, without the privilege,
 //     waited for) before the cleanup, which could otherwise precede the
 //     statement's late commit (TestCancelledAcquireStrandsNothing) — an
-//     acquisition racing Store.Close (TestCloseRacesAcquisitions).
+//     acquisition racing Store.Close (TestCloseRacesAcquisitions); and no
+//     name is kept alive by a Release that failed: a release that could
+//     not be sent while the server restarted frees the row once it is
+//     back (TestDoReleaseNotSent; httplock's TestLeaseReleaseDuringOutage).
 //   - Waits end as they should: a release wakes a waiter at once
 //     (TestAcquireWaitsForRelease, TestListenerKilled), a vanished holder at
 //     its expiry (TestAcquireWakesAtExpiry); serialization failures, dead
@@ -184,7 +202,16 @@
 //     TestAcquireFirstTryTransient), a closed pool is not
 //     (TestAcquireClosedPool).
 //   - Bad input gives an error naming it, never a panic (TestBadInput,
-//     TestNilArguments, TestKeepAliveMarginChecked, TestLongNameInErrors).
+//     TestNilArguments, TestKeepAliveMarginChecked, TestLongNameInErrors),
+//     before anything is sent: a Config.Hostname the server would refuse
+//     as text fails New, metadata its jsonb would refuse fails the acquire
+//     call with an error no retry cures (TestHostnameCheckedAtNew,
+//     TestMetadataCheckedBeforeSending; the rules are pinned to the
+//     server's by TestServerRefusesWhatChecksRefuse);
+//     so does every method of a nil or zero Store or Lease — a nil *Lease
+//     is what a failed TryAcquire returns, and a deferred Release of it
+//     returns an error (TestQuickStartBusy; internal/nilsafe's TestMethods
+//     calls every exported method of the module that way).
 //   - The listener's memory and goroutines stay flat under notification
 //     floods (TestListenerFlatOverNotifications); every goroutine is joined
 //     (goleak in TestMain).

@@ -27,8 +27,10 @@ var (
 	// released with an outcome that is unknown (the reply never came).
 	ErrLost = errors.New("lease: lost")
 
-	// ErrReleased is the cause of a lease's [Lease.Context] after a
-	// successful [Lease.Release].
+	// ErrReleased is the cause of a lease's [Lease.Context] after
+	// [Lease.Release] gave it up: the release ran, or it could not be sent
+	// and goes on in the background (the cause, and Release's error, then
+	// wrap ErrReleased and say so).
 	ErrReleased = errors.New("lease: released")
 
 	// ErrTimeLeft is returned by [Lease.Assert] when the lease is held but
@@ -67,6 +69,9 @@ type HeldError struct {
 
 // Error describes the holder.
 func (e *HeldError) Error() string {
+	if e == nil {
+		return "lease: nil *HeldError"
+	}
 	return fmt.Sprintf("lease %q: held by %s (token %d) for another %v",
 		e.Name, e.Owner, e.Token, e.ExpiresIn.Round(time.Microsecond))
 }

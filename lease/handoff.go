@@ -48,6 +48,9 @@ func (h Handle) MarshalText() ([]byte, error) {
 
 // UnmarshalText parses the text form made by [Handle.MarshalText].
 func (h *Handle) UnmarshalText(text []byte) error {
+	if h == nil {
+		return errors.New("lease: parse handle: nil *Handle")
+	}
 	s, ok := strings.CutPrefix(string(text), handlePrefix)
 	if !ok {
 		return fmt.Errorf("lease: parse handle: missing %q prefix", handlePrefix)
@@ -94,10 +97,20 @@ func ParseHandle(s string) (Handle, error) {
 // with a fresh trust deadline. If that acquisition no longer holds the lease
 // the error wraps [ErrNotHeld] — unless a crash lost its acknowledged
 // release (see [Lease.Release]): until its expiry, the row shows it held
-// again, and Resume takes it, with no other holder. The original [Lease]
-// value, if any, is not told: the two are the same lease, and either may
-// release it. Options other than [WithKeepAlive] are ignored. ctx bounds the
-// round trip.
+// again, and Resume takes it, with no other holder. Options other than
+// [WithKeepAlive] are ignored. ctx bounds the round trip.
+//
+// A store keeps one Lease per acquisition: if it holds the acquisition h
+// names as a live Lease already (h came from one of its own Leases), Resume
+// renews that Lease and returns it — WithKeepAlive starts its keep-alive if
+// it has none — so a Release through any reference ends it for every one
+// (TestResumeLiveLease). An acquisition whose release this store runs in
+// the background (a Release that was not sent or whose outcome is unknown)
+// is refused with ErrNotHeld (TestResumeWhileReleasing). Another store or
+// process is not told: a Lease value there and the one Resume returns are
+// the same lease, either may release it, and the other then learns it only
+// when it next asks the server (its keep-alive's check, Renew, Guard) or
+// at its trust deadline. Do not resume a Handle whose Lease was released.
 func (s *Store) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, error) {
 	l, err := s.resume(ctx, h, opts)
 	if err != nil {
@@ -107,11 +120,11 @@ func (s *Store) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, e
 }
 
 func (s *Store) resume(ctx context.Context, h Handle, opts []Option) (*Lease, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := applyOptions(opts)
 	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
 	if err := h.validate(); err != nil {
@@ -121,6 +134,15 @@ func (s *Store) resume(ctx context.Context, h Handle, opts []Option) (*Lease, er
 		return nil, err
 	}
 	defer s.exit()
+	if l := s.liveLease(h); l != nil {
+		if err := l.resumeLive(ctx, o); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	if s.isReleasing(h) {
+		return nil, fmt.Errorf("%w: this store is releasing that acquisition in the background", ErrNotHeld)
+	}
 	var (
 		sent       time.Time
 		exp        time.Time
@@ -144,4 +166,30 @@ func (s *Store) resume(ctx context.Context, h Handle, opts []Option) (*Lease, er
 	}
 	start := trustStart(sent, time.Duration(lag)*time.Microsecond, s.cfg.Now())
 	return s.newLease(ctx, h.Name, h.Owner, h.Token, ttl, exp, start, o.keepAlive, false)
+}
+
+// resumeLive is Resume of an acquisition this store holds as the live
+// Lease l: it renews l and, with WithKeepAlive, starts l's keep-alive if it
+// has none. The caller is inside enter/exit.
+func (l *Lease) resumeLive(ctx context.Context, o options) error {
+	if o.keepAlive {
+		if err := l.store.checkKeepAlive(l.ttl); err != nil {
+			return err
+		}
+	}
+	if err := l.renew(ctx); err != nil {
+		return err
+	}
+	if !o.keepAlive {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.ended:
+		return l.endedErr()
+	case l.ka == nil && !l.releasing:
+		l.startKeepAlive()
+	}
+	return nil
 }

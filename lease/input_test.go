@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,45 @@ func TestLongNameInErrors(t *testing.T) {
 	_, err := b.store.TryAcquire(ctxT(t), name, time.Second)
 	if err == nil || len(err.Error()) > 400 {
 		t.Fatalf("error of %d bytes for a 1 MiB name: %.200v", len(err.Error()), err)
+	}
+}
+
+// TestQuickStartBusy (second review, C6): README's lease quick start, as
+// written there, when the lease is busy: TryAcquire returns a HeldError
+// and a nil *Lease, and the code goes on to `defer l.Release(ctx)` and
+// l.Guard. Neither panics (found in review: both did); each returns an
+// error saying there is no lease.
+func TestQuickStartBusy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	mustTry(t, b.store, "job:nightly", time.Minute)
+	store, pool := b.store, b.pool
+	var releaseErr error
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		l, err := store.TryAcquire(ctx, "job:nightly", 30*time.Second, lease.WithKeepAlive())
+		var held *lease.HeldError
+		if errors.As(err, &held) { /* held by held.Owner for another held.ExpiresIn */
+		}
+		defer func() { releaseErr = l.Release(ctx) }()
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := l.Guard(ctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "select 1")
+			return err
+		})
+	}()
+	t.Logf("Guard: %v; Release: %v", err, releaseErr)
+	if err == nil || strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), "nil *Lease") {
+		t.Errorf("Guard of the nil lease = %v, want an error naming the nil *Lease", err)
+	}
+	if releaseErr == nil || !strings.Contains(releaseErr.Error(), "nil *Lease") {
+		t.Errorf("Release of the nil lease = %v, want an error naming the nil *Lease", releaseErr)
 	}
 }

@@ -118,6 +118,9 @@ func (s *Store) IsHeld(ctx context.Context, name string) (bool, error) {
 // token; a name never acquired gives [ErrNotFound]. A serialization
 // failure is retried. ctx bounds the call.
 func (s *Store) Break(ctx context.Context, name string) (int64, error) {
+	if err := s.usable(); err != nil {
+		return 0, fmt.Errorf("break lease %q: %w", short(name), err)
+	}
 	token, err := s.breakRow(ctx, name, s.q.breakSQL)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrNotFound
@@ -137,6 +140,9 @@ func (s *Store) Break(ctx context.Context, name string) (int64, error) {
 // broken, taken over, or never there). With an unknown outcome, it broke
 // that acquisition or nothing. ctx bounds the call.
 func (s *Store) BreakAcquisition(ctx context.Context, name string, owner uuid.UUID, token int64) (int64, error) {
+	if err := s.usable(); err != nil {
+		return 0, fmt.Errorf("break lease %q token %d of %v: %w", short(name), token, owner, err)
+	}
 	next, err := s.breakRow(ctx, name, s.q.breakAcqSQL, pgUUID(owner), token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrNotHeld

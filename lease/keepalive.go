@@ -96,7 +96,9 @@ func (l *Lease) notHeld(op string) {
 // (or panics) — also when ctx is cancelled, on a context detached from ctx
 // and bounded by ttl. It returns fn's error; if the lease was lost while fn
 // ran, the error also wraps [ErrLost], since fn may then not have been
-// alone.
+// alone. A release that could not be sent is not Do's error: the Lease
+// has ended all the same, and the release goes on in the background (see
+// [Lease.Release]; the store logs it at Warn), so nothing keeps the name.
 func (s *Store) Do(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
 		return fmt.Errorf("do lease %q: nil function", short(name))
@@ -112,8 +114,11 @@ func (s *Store) Do(ctx context.Context, name string, ttl time.Duration, fn func(
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 		defer cancel()
 		rerr := l.Release(rctx)
-		if lerr := l.Err(); errors.Is(lerr, ErrLost) {
+		switch lerr := l.Err(); {
+		case errors.Is(lerr, ErrLost):
 			rerr = lerr // the loss, not the failed release, is the news
+		case errors.Is(rerr, ErrReleased):
+			rerr = nil // not sent: it goes on in the background
 		}
 		err = errors.Join(err, rerr)
 	}()

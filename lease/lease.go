@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/pglocks/pglocks/internal/outcome"
 	"github.com/pglocks/pglocks/internal/plant"
 )
 
@@ -56,13 +55,19 @@ func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, toke
 	l.trustUntil = start.Add(ttl - s.cfg.margin(ttl))
 	l.mu.Lock() // before track: Store.Close may abandon l at once
 	defer l.mu.Unlock()
-	if err := s.track(l); err != nil {
+	live, err := s.track(l)
+	if err != nil {
 		l.ended, l.err = true, err
 		l.cancel(err)
 		if fresh {
 			return nil, s.releaseTaken(ctx, name, owner, token, ttl, err)
 		}
 		return nil, err
+	}
+	if live != nil { // a Resume that raced this one made the acquisition's Lease
+		l.ended, l.err = true, ErrNotHeld
+		l.cancel(l.err)
+		return live, nil
 	}
 	l.trust = time.AfterFunc(l.trustUntil.Sub(s.cfg.Now()), l.checkTrust)
 	l.at = s.observeStart(name, token)
@@ -73,23 +78,49 @@ func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, toke
 	return l, nil
 }
 
-// Name returns the lease's name.
-func (l *Lease) Name() string { return l.name }
+// Name returns the lease's name ("" for a nil Lease).
+func (l *Lease) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
-// Owner returns the lease's owner id.
-func (l *Lease) Owner() uuid.UUID { return l.owner }
+// Owner returns the lease's owner id (the zero UUID for a nil Lease).
+func (l *Lease) Owner() uuid.UUID {
+	if l == nil {
+		return uuid.Nil
+	}
+	return l.owner
+}
 
 // Token returns the lease's fencing token: greater than the token of every
 // earlier acquisition of the same name. Hand it to a protected resource,
-// which refuses writes carrying a token lower than one it has seen.
-func (l *Lease) Token() int64 { return l.token }
+// which refuses writes carrying a token lower than one it has seen. A nil
+// Lease's is 0, which no acquisition has.
+func (l *Lease) Token() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
-// TTL returns the lease's time to live, which every renewal restores.
-func (l *Lease) TTL() time.Duration { return l.ttl }
+// TTL returns the lease's time to live, which every renewal restores (0
+// for a nil Lease).
+func (l *Lease) TTL() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.ttl
+}
 
 // ExpiresAt returns the lease's expiry by the server clock, as of the last
-// successful acquire or renew. Compare it only with server times.
+// successful acquire or renew. Compare it only with server times. A nil
+// Lease's is the zero time.
 func (l *Lease) ExpiresAt() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.expiresAt
@@ -100,8 +131,12 @@ func (l *Lease) ExpiresAt() time.Time {
 // it returns as passed is final: the lease is lost then (Lost, Context), as
 // it is when the deadline's timer runs, and a renewal answered later does
 // not revive it — on a stalled scheduler that answer can come before the
-// timer's turn, and the caller has already stopped trusting.
+// timer's turn, and the caller has already stopped trusting. A nil or zero
+// Lease's is the zero time.
 func (l *Lease) TrustedUntil() time.Time {
+	if l.usable() != nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.ended && !l.store.cfg.Now().Before(l.trustUntil) {
@@ -111,21 +146,43 @@ func (l *Lease) TrustedUntil() time.Time {
 }
 
 // Handle returns the lease's (name, owner, token), to resume it elsewhere
-// with [Store.Resume].
-func (l *Lease) Handle() Handle { return Handle{Name: l.name, Owner: l.owner, Token: l.token} }
+// with [Store.Resume] (the zero Handle, which Resume refuses, for a nil
+// Lease).
+func (l *Lease) Handle() Handle {
+	if l == nil {
+		return Handle{}
+	}
+	return Handle{Name: l.name, Owner: l.owner, Token: l.token}
+}
 
 // Lost returns a channel closed when the lease is lost (but not when it is
-// released or abandoned; see [Lease.Context] for all three).
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+// released or abandoned; see [Lease.Context] for all three). A nil or zero
+// Lease holds nothing: its channel is closed.
+func (l *Lease) Lost() <-chan struct{} {
+	if l.usable() != nil {
+		return noLost
+	}
+	return l.lost
+}
 
 // Context returns a context cancelled when the lease ends: lost (cause
 // wraps [ErrLost]), released ([ErrReleased]) or abandoned by Store.Close
-// ([ErrClosed]). Use context.Cause to tell which.
-func (l *Lease) Context() context.Context { return l.ctx }
+// ([ErrClosed]). Use context.Cause to tell which. A nil or zero Lease's is
+// cancelled, with the cause Err returns.
+func (l *Lease) Context() context.Context {
+	if err := l.usable(); err != nil {
+		return endedContext(err)
+	}
+	return l.ctx
+}
 
 // Err returns nil while the lease is live, else why it ended, as
-// context.Cause(l.Context()) does.
+// context.Cause(l.Context()) does; for a nil or zero Lease, an error
+// saying so.
 func (l *Lease) Err() error {
+	if err := l.usable(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -200,6 +257,9 @@ func (l *Lease) args() []any { return []any{l.name, pgUUID(l.owner), l.token} }
 // stays lost though the server may have extended its row; Release frees
 // the row. ctx bounds the round trip.
 func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		return fmt.Errorf("renew lease: %w", err)
+	}
 	if err := l.renew(ctx); err != nil {
 		return fmt.Errorf("renew lease %q: %w", short(l.name), err)
 	}
@@ -257,130 +317,15 @@ func (l *Lease) endedErr() error {
 	return fmt.Errorf("%w (%w)", ErrNotHeld, l.err)
 }
 
-// Release gives the lease up: it clears the owner (the token stays, so the
-// next acquisition's is higher) and, if any [Store.Acquire] waits for the
-// name, wakes it through NOTIFY, in one statement. It stops the keep-alive
-// and waits for it. If the lease was not held any more (expired, taken
-// over, broken, already released) the error wraps [ErrNotHeld].
-//
-// The release does not wait for its WAL flush (see the package doc,
-// Durability): a server crash right after it may lose it, and the row then
-// shows this acquisition held until its expiry — a delay for the next
-// holder, never a second one.
-//
-// If the release may have run but no answer came (the reply was lost, ctx
-// ended while it ran), another client may already hold the name: the Lease
-// ends at once — Lost is closed and Context cancelled, with an error
-// wrapping [ErrLost] that says the outcome is unknown — and the release is
-// retried in the background until the server answers (for at most the
-// TTL, after which the row has expired anyway). An error that proves the
-// release did not run (the pool is closed, say) leaves the lease live, so
-// Release can be retried. ctx bounds the round trip and the wait.
-func (l *Lease) Release(ctx context.Context) error {
-	if err := l.release(ctx); err != nil {
-		return fmt.Errorf("release lease %q: %w", short(l.name), err)
-	}
-	return nil
-}
-
-func (l *Lease) release(ctx context.Context) error {
-	if err := checkCtx(ctx); err != nil {
-		return err
-	}
-	s := l.store
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.exit()
-	l.mu.Lock()
-	if l.ended && l.err == ErrReleased {
-		l.mu.Unlock()
-		return fmt.Errorf("%w (already released)", ErrNotHeld)
-	}
-	l.releasing = true
-	l.mu.Unlock()
-	if err := l.stopKeepAlive(ctx); err != nil {
-		return err
-	}
-	released, err := s.releaseOnce(ctx, l.name, l.owner, l.token)
-	if err == nil && released {
-		s.seen.released(l.name, l.token) // the next try of this store may take the row cheaply
-	}
-	l.mu.Lock()
-	switch {
-	case err != nil && outcome.Of(err) == outcome.Unknown:
-		err = fmt.Errorf("%w: lease %q: %w: release may have run (%w); it is retried in the background", ErrLost, short(l.name), errUnknown, err)
-		l.end(err, true)
-		s.releaseLater(l.name, l.owner, l.token, l.ttl)
-	case err != nil:
-		l.resumeKeepAlive() // nothing ran: the lease stays live, Release may be retried
-		l.mu.Unlock()
-		return err
-	case !released:
-		if !l.end(fmt.Errorf("%w: lease %q: release: %w", ErrLost, short(l.name), ErrNotHeld), true) {
-			err = l.endedErr()
-		} else {
-			err = ErrNotHeld
-		}
-	case !l.end(ErrReleased, false):
-		// Lost locally (trust deadline) but still ours on the server: freed.
-	}
-	l.mu.Unlock()
-	return err
-}
-
-// stopKeepAlive stops the lease's keep-alive, if any, and waits until no
-// renewal of it is under way, so that none can commit after the release
-// looked at the row (a renewal that checked the row before its expiry and
-// committed after the release found it expired would hold it again). If
-// ctx ends first, the Release is not abandoned — a caller that gives up
-// would leak a row kept alive for good: the lease ends at once (Lost, an
-// error wrapping ErrLost) and the release runs in the background once
-// that renewal is over. A Release is under way (l.releasing), inside
-// enter/exit.
-func (l *Lease) stopKeepAlive(ctx context.Context) error {
-	l.mu.Lock()
-	ka := l.ka
-	l.mu.Unlock()
-	if ka == nil {
-		return nil
-	}
-	ka.signalStop()
-	l.store.kickRenewer()
-	if err := ka.wait(ctx); err != nil {
-		err = fmt.Errorf("%w: lease %q: release: %w; it goes on in the background", ErrLost, short(l.name), err)
-		l.mu.Lock()
-		l.end(err, true)
-		l.mu.Unlock()
-		s := l.store
-		name, owner, token := l.name, l.owner, l.token
-		s.settle(l.ttl, func(ctx context.Context) error {
-			if err := ka.wait(ctx); err != nil {
-				return err
-			}
-			return s.releaseRow(ctx, name, owner, token)
-		})
-		return err
-	}
-	return nil
-}
-
-// resumeKeepAlive ends a Release that did not run: the lease stays live,
-// and its keep-alive, if it had one, starts again. l.mu must be held, and
-// the caller be inside enter/exit.
-func (l *Lease) resumeKeepAlive() {
-	l.releasing = false
-	if l.ka != nil && !l.ended && l.ka.stopped() {
-		l.startKeepAlive()
-	}
-}
-
 // Assert checks with the server that the lease is still held with at least
 // atLeast left by the server clock, as seed 001's assertTTL: before a step
 // that must finish under the lease. Not held: an error wrapping
 // [ErrNotHeld]; held with less time left: one wrapping [ErrTimeLeft]. It
 // does not renew. ctx bounds the round trip.
 func (l *Lease) Assert(ctx context.Context, atLeast time.Duration) error {
+	if err := l.usable(); err != nil {
+		return fmt.Errorf("assert lease: %w", err)
+	}
 	if err := checkCtx(ctx); err != nil {
 		return fmt.Errorf("assert lease %q: %w", short(l.name), err)
 	}
@@ -408,6 +353,9 @@ func (l *Lease) Assert(ctx context.Context, atLeast time.Duration) error {
 // the package doc, Fencing). A nil ctx or tx is an error. ctx bounds the
 // statement.
 func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
+	if err := l.usable(); err != nil {
+		return fmt.Errorf("guard lease: %w", err)
+	}
 	if err := checkCtx(ctx); err != nil {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}

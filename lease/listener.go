@@ -156,7 +156,7 @@ func (lis *listener) notified(payload string) {
 func (s *Store) lostUpTo(name string, token int64) {
 	var over []*Lease
 	s.mu.Lock()
-	for l := range s.leases {
+	for _, l := range s.leases {
 		if l.name == name && l.token <= token {
 			over = append(over, l)
 		}

@@ -44,7 +44,7 @@ func (l *Lease) observeEnd(err error, isLoss bool) {
 	held := l.store.cfg.Now().Sub(l.at)
 	reason := pglocks.ReasonReleased
 	switch {
-	case !isLoss && err == ErrReleased:
+	case !isLoss && errors.Is(err, ErrReleased):
 	case !isLoss:
 		reason = pglocks.ReasonClosed
 	case errors.Is(err, errUnknown):

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -352,5 +351,3 @@ func noRows(err error) error {
 	}
 	return err
 }
-
-func jsonValid(b []byte) bool { return json.Valid(b) }

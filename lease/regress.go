@@ -38,6 +38,9 @@ type RegressionError struct {
 
 // Error describes the regression.
 func (e *RegressionError) Error() string {
+	if e == nil {
+		return "lease: nil *RegressionError"
+	}
 	return fmt.Sprintf("lease %q: the server handed out token %d, but this store had seen token %d: "+
 		"the fencing counter went back (a failover to a standby that lacked recent commits?); acquisition refused",
 		e.Name, e.Token, e.Seen)

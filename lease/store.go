@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // Store acquires and inspects leases in one lease table through a pool. It
@@ -26,10 +27,11 @@ type Store struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup // keep-alives and the listener
 
-	mu     sync.Mutex
-	closed bool
-	leases map[*Lease]struct{} // live leases with a keep-alive or trust timer
-	lis    *listener           // started by the first Acquire that waits
+	mu        sync.Mutex
+	closed    bool
+	leases    map[Handle]*Lease // live leases, one per acquisition
+	releasing map[Handle]int    // acquisitions released in the background (releaseInBackground)
+	lis       *listener         // started by the first Acquire that waits
 
 	turns turns                   // Acquire calls queued per name (see queue.go)
 	rels  combiner[queuedRelease] // releases combined into batches (batch.go)
@@ -52,18 +54,25 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		pool:   newModalPool(pool),
-		cfg:    cfg,
-		q:      newQueries(cfg),
-		leases: make(map[*Lease]struct{}),
-		turns:  turns{q: make(map[string][]*turn)},
+		pool:      newModalPool(pool),
+		cfg:       cfg,
+		q:         newQueries(cfg),
+		leases:    make(map[Handle]*Lease),
+		releasing: make(map[Handle]int),
+		turns:     turns{q: make(map[string][]*turn)},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
 
-// Config returns the store's configuration, defaults filled in.
-func (s *Store) Config() Config { return s.cfg }
+// Config returns the store's configuration, defaults filled in (the zero
+// Config for a nil Store).
+func (s *Store) Config() Config {
+	if s == nil {
+		return Config{}
+	}
+	return s.cfg
+}
 
 // Close stops every keep-alive and the listener, wakes every waiting
 // [Store.Acquire] (which returns [ErrClosed]) and waits for the store's
@@ -79,11 +88,14 @@ func (s *Store) Close(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("lease: close: nil context")
 	}
+	if err := s.usable(); err != nil {
+		return fmt.Errorf("lease: close: %w", err)
+	}
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
 		leases := make([]*Lease, 0, len(s.leases))
-		for l := range s.leases {
+		for _, l := range s.leases {
 			leases = append(leases, l)
 		}
 		s.mu.Unlock()
@@ -102,7 +114,12 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 }
 
+// checkOpen returns nil while the store is open, ErrClosed after Close, and
+// an error naming the problem for a nil or zero Store.
 func (s *Store) checkOpen() error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	if s.ctx.Err() != nil {
 		return ErrClosed
 	}
@@ -125,22 +142,37 @@ func (s *Store) enter() error {
 
 func (s *Store) exit() { s.wg.Done() }
 
-// track registers a live lease so that Close can stop it; it fails once
-// the store is closed.
-func (s *Store) track(l *Lease) error {
+// track registers a live lease so that Close can stop it and Resume find
+// it; it fails once the store is closed. If the store already has a live
+// Lease of the same acquisition (a racing Resume made it), it returns that
+// one and registers nothing.
+func (s *Store) track(l *Lease) (*Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
-	s.leases[l] = struct{}{}
-	return nil
+	h := l.Handle()
+	if live := s.leases[h]; live != nil {
+		return live, nil
+	}
+	s.leases[h] = l
+	return nil, nil
 }
 
 func (s *Store) untrack(l *Lease) {
 	s.mu.Lock()
-	delete(s.leases, l)
+	if h := l.Handle(); s.leases[h] == l {
+		delete(s.leases, h)
+	}
 	s.mu.Unlock()
+}
+
+// liveLease returns the store's live Lease of the acquisition h, or nil.
+func (s *Store) liveLease(h Handle) *Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leases[h]
 }
 
 // checkName applies [pglocks.ValidateName] and [MaxNameLen].
@@ -208,10 +240,7 @@ func (s *Store) checkKeepAlive(ttl time.Duration) error {
 
 // check validates the arguments common to TryAcquire, Acquire and Do.
 func (s *Store) check(ctx context.Context, name string, ttl time.Duration, opts []Option) (options, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := applyOptions(opts)
 	if err := checkCtx(ctx); err != nil {
 		return o, err
 	}
@@ -224,8 +253,10 @@ func (s *Store) check(ctx context.Context, name string, ttl time.Duration, opts 
 	if err := s.checkTTL(ttl, o.keepAlive); err != nil {
 		return o, err
 	}
-	if o.metadata != nil && !jsonValid(o.metadata) {
-		return o, errors.New("lease: WithMetadata: not valid JSON")
+	if o.metadata != nil {
+		if err := checkJSON(o.metadata); err != nil {
+			return o, outcome.MarkFatal(fmt.Errorf("lease: WithMetadata: %w (PostgreSQL's jsonb refuses it)", err))
+		}
 	}
 	if o.hasOwner && o.owner == uuid.Nil {
 		return o, errors.New("lease: WithOwner: the zero UUID is not an owner (it marks a released lease in Info)")

@@ -81,7 +81,9 @@ func WithAttributes(attrs ...attribute.KeyValue) Option {
 func New(opts ...Option) (*pglocks.Observer, error) {
 	c := config{}
 	for _, o := range opts {
-		o(&c)
+		if o != nil { // a nil Option does nothing
+			o(&c)
+		}
 	}
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()

@@ -46,6 +46,9 @@ func NewTable(pool *pgxpool.Pool, schema, table string) (*Table, error) {
 // SchemaSQL returns the statement that creates the table (idempotent), for
 // migration tools.
 func (t *Table) SchemaSQL() string {
+	if t == nil {
+		return ""
+	}
 	return "create table if not exists " + t.qualified + ` (
 	key        text primary key,
 	value      bytea not null,
@@ -55,6 +58,9 @@ func (t *Table) SchemaSQL() string {
 
 // Migrate creates the table if it does not exist.
 func (t *Table) Migrate(ctx context.Context) error {
+	if err := t.usable(); err != nil {
+		return fmt.Errorf("singleflight: migrate: %w", err)
+	}
 	if _, err := t.pool.Exec(ctx, t.SchemaSQL()); err != nil {
 		return fmt.Errorf("singleflight: migrate: %w", err)
 	}
@@ -63,6 +69,9 @@ func (t *Table) Migrate(ctx context.Context) error {
 
 // Get returns the unexpired value stored for key.
 func (t *Table) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := t.usable(); err != nil {
+		return nil, false, err
+	}
 	var v []byte
 	err := t.pool.QueryRow(ctx, "select value from "+t.qualified+" where key = $1 and expires_at > clock_timestamp()", key).Scan(&v)
 	switch {
@@ -76,6 +85,9 @@ func (t *Table) Get(ctx context.Context, key string) ([]byte, bool, error) {
 
 // Put stores value for key until ttl has passed by the server clock.
 func (t *Table) Put(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
 	if value == nil {
 		value = []byte{}
 	}
@@ -88,9 +100,21 @@ on conflict (key) do update set value = excluded.value, expires_at = excluded.ex
 
 // Purge deletes expired rows and returns how many.
 func (t *Table) Purge(ctx context.Context) (int64, error) {
+	if err := t.usable(); err != nil {
+		return 0, fmt.Errorf("singleflight: purge: %w", err)
+	}
 	tag, err := t.pool.Exec(ctx, "delete from "+t.qualified+" where expires_at <= clock_timestamp()")
 	if err != nil {
 		return 0, fmt.Errorf("singleflight: purge: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// usable says why t, nil or the zero Table, is no table (no panic: see
+// internal/nilsafe); nil for a Table NewTable made.
+func (t *Table) usable() error {
+	if t == nil || t.pool == nil {
+		return errors.New("singleflight: nil or zero *Table (make one with NewTable)")
+	}
+	return nil
 }
