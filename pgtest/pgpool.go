@@ -236,12 +236,23 @@ func (p *Pgpool) Close() error {
 	return p.closeErr
 }
 
-// groupReaperScript kills a process group and removes its dir should this
-// process die without closing it (see reaperScript).
+// groupReaperScript stops a pgpool process group and removes its dir
+// should this process die without closing it (see reaperScript): SIGINT
+// first, so that pgpool removes its SysV shared memory (a SIGKILL leaves
+// some 130 MB of it behind), then SIGKILL for what is left after 10 s.
+// (dash's kill takes no "--": the group is the negative pid alone.)
 const groupReaperScript = `
 read -r line
 [ "$line" = done ] && exit 0
-kill -KILL -- -"$PGTEST_REAP_PID" 2>/dev/null
+pid=$PGTEST_REAP_PID
+if kill -INT -"$pid" 2>/dev/null; then
+	i=0
+	while kill -0 -"$pid" 2>/dev/null && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	kill -KILL -"$pid" 2>/dev/null
+fi
 rm -rf "$PGTEST_REAP_DIR"
 exit 0
 `

@@ -1,6 +1,13 @@
 package pgtest_test
 
 import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,4 +62,52 @@ func TestPgpool(t *testing.T) {
 		}
 		closeAndCheck(t, p, direct, db.Name)
 	}
+}
+
+// TestPgpoolTeardown: a Pgpool-II whose test binary is SIGKILLed is
+// stopped by its watchdog — every process of its group, its port — like
+// the server behind it.
+func TestPgpoolTeardown(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	child := teardownChild(t, "sigkill", "PGTEST_DOCKER=0", "PGTEST_CHILD_PGPOOL=1")
+	addr, pidText, _ := strings.Cut(child.pgpool, " ")
+	pgid, err := strconv.Atoi(pidText)
+	if err != nil {
+		t.Fatalf("the child reported no Pgpool: %q", child.pgpool)
+	}
+	waitFor(t, ctxT(t, 2*time.Minute), func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil && syscall.Kill(-pgid, 0) != nil
+	}, func() string { return fmt.Sprintf("Pgpool-II's group %d still runs or answers on %s", pgid, addr) })
+}
+
+// pgpoolPID returns the pid of the pgpool that listens on addr, read from
+// the pid file in its temp dir.
+func pgpoolPID(t *testing.T, addr string) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(addr)
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "pgtest-pgpool-*"))
+	for _, d := range dirs {
+		conf, err := os.ReadFile(filepath.Join(d, "pgpool.conf"))
+		if err != nil || !strings.Contains(string(conf), "\nport = "+port+"\n") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, "pgpool.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.Trim(string(b), " \n\x00"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	t.Fatalf("no pgpool dir for %s", addr)
+	return 0
 }

@@ -72,6 +72,13 @@ func TestTeardownChild(t *testing.T) {
 		}
 		fmt.Printf("STANDBYDIR=%s\n", standbyDir)
 	}
+	if os.Getenv("PGTEST_CHILD_PGPOOL") != "" { // a Pgpool-II in front, left running
+		p, err := pgtest.StartPgpool(ctxT(t, time.Minute), childServer, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("PGPOOL=%s %d\n", p.Addr(), pgpoolPID(t, p.Addr()))
+	}
 	fmt.Printf("%s=%s\n", where, v)
 	// Wait until the parent has seen the server's processes.
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
@@ -113,6 +120,7 @@ type deadChild struct {
 	where   string // its data directory, or its container's ID
 	pids    []int  // a local server's processes (a cluster's: both nodes')
 	standby string // a cluster's standby data directory
+	pgpool  string // the address of a Pgpool-II it started
 }
 
 // teardownChild runs TestTeardownChild with env, lets it die of fault, and
@@ -150,6 +158,8 @@ func teardownChild(t *testing.T, fault string, env ...string) deadChild {
 			child.pids = append(child.pids, serverPIDs(t, v)...)
 		} else if v, ok := strings.CutPrefix(sc.Text(), "DATADIR="); ok {
 			child.where, child.pids = v, append(child.pids, serverPIDs(t, v)...)
+		} else if v, ok := strings.CutPrefix(sc.Text(), "PGPOOL="); ok {
+			child.pgpool = v
 		} else if v, ok := strings.CutPrefix(sc.Text(), "CONTAINER="); ok {
 			child.where = v
 		}
