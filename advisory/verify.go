@@ -22,9 +22,10 @@ import (
 // and Verify then returns ctx's cause. The round trip waits its turn on
 // the session, after any statement running there.
 func (lk *Lock) Verify(ctx context.Context) error {
+	if err := lk.unusable(); err != nil {
+		return fmt.Errorf("advisory: verify: %w", err)
+	}
 	switch {
-	case lk == nil:
-		return fmt.Errorf("advisory: verify: %w", errNilLock)
 	case ctx == nil:
 		return opErr("verify", lk.key, errNilContext)
 	}

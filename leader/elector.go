@@ -130,11 +130,21 @@ func New(cfg Config) (*Elector, error) {
 }
 
 // Config returns the elector's configuration, defaults filled in.
-func (e *Elector) Config() Config { return e.cfg }
+func (e *Elector) Config() Config {
+	if e == nil {
+		return Config{}
+	}
+	return e.cfg
+}
 
 // Key returns the advisory-lock key the campaign takes (but in
 // ModeLeaseOnly).
-func (e *Elector) Key() pglocks.Key { return e.key }
+func (e *Elector) Key() pglocks.Key {
+	if e == nil {
+		return pglocks.Key{}
+	}
+	return e.key
+}
 
 // Close ends the elector: a Run under way stops as if its ctx had ended —
 // the leader's work is cancelled and, once it has returned, the leader
@@ -145,6 +155,12 @@ func (e *Elector) Key() pglocks.Key { return e.key }
 // and Store are closed once Run returns — and a later Close waits for it
 // again and returns its result.
 func (e *Elector) Close(ctx context.Context) error {
+	if err := e.usable(); err != nil {
+		return fmt.Errorf("leader: close: %w", err)
+	}
+	if ctx == nil {
+		return fmt.Errorf("leader: close %q: nil context", e.cfg.Name)
+	}
 	e.mu.Lock()
 	if !e.closed {
 		e.closed = true
@@ -189,6 +205,9 @@ func (e *Elector) closeOwned(ctx context.Context, cfg Config) error {
 
 // Current returns this candidate's term while it leads.
 func (e *Elector) Current() (Term, bool) {
+	if e.usable() != nil {
+		return Term{}, false
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.current == nil {
@@ -206,6 +225,12 @@ func (e *Elector) Current() (Term, bool) {
 // is complete or ctx ends; it returns nil at once when this candidate does
 // not lead.
 func (e *Elector) Resign(ctx context.Context) error {
+	if err := e.usable(); err != nil {
+		return fmt.Errorf("leader: resign: %w", err)
+	}
+	if ctx == nil {
+		return fmt.Errorf("leader: resign %q: nil context", e.cfg.Name)
+	}
 	e.mu.Lock()
 	t := e.current
 	e.mu.Unlock()
@@ -241,6 +266,9 @@ func (e *Elector) Resign(ctx context.Context) error {
 // ([ErrClosed], also when Close is called during Run), or when another Run
 // is under way ([ErrRunning]).
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term Term) error) error {
+	if err := e.usable(); err != nil {
+		return fmt.Errorf("leader: Run: %w", err)
+	}
 	if lead == nil {
 		return errors.New("leader: Run: lead is nil")
 	}

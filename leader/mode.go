@@ -54,6 +54,9 @@ const leaseOnlyMark = "lease-only"
 // [ModeLeaseOnly] — or [ModeAuto] while an elector configured so has not
 // found out yet (its first campaign does).
 func (e *Elector) Mode() Mode {
+	if e == nil {
+		return ModeAuto
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.mode

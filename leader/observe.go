@@ -16,6 +16,9 @@ import (
 // false when no candidate leads now; an election never held returns a zero
 // Leader (but for Election) and no error.
 func (e *Elector) Leader(ctx context.Context) (Leader, error) {
+	if err := e.usable(); err != nil {
+		return Leader{}, fmt.Errorf("leader: read: %w", err)
+	}
 	info, err := e.cfg.Store.Get(ctx, e.leaseName)
 	if errors.Is(err, lease.ErrNotFound) {
 		return Leader{Election: e.cfg.Name}, nil
@@ -37,9 +40,14 @@ func (e *Elector) Leader(ctx context.Context) (Leader, error) {
 // Observe opens one connection of its own for LISTEN while it runs, the
 // way the pool opens its connections (its hooks too), outside MaxConns; it
 // does not need Run. Behind a pooler in transaction mode, where LISTEN does
-// not work, it finds so by a probe, logs it once and only polls.
+// not work, it finds so by a probe, logs it once and only polls. For a nil
+// or zero Elector, or a nil ctx, the channel is closed at once.
 func (e *Elector) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
+	if e.usable() != nil || ctx == nil {
+		close(out) // nothing to observe: a nil or zero Elector, or no ctx
+		return out
+	}
 	go func() {
 		defer close(out)
 		ctx, cancel := context.WithCancel(ctx)

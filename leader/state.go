@@ -33,6 +33,9 @@ type State struct {
 // handler: a candidate that is Running, not Leading, with a recent
 // LastError, cannot campaign.
 func (e *Elector) State() State {
+	if e == nil {
+		return State{}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := State{Running: e.running, Mode: e.mode, LastError: e.lastErr, LastErrorAt: e.errAt}

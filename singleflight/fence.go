@@ -36,8 +36,8 @@ where ` + heldSQL
 
 // PutHeld stores value for key until ttl has passed by the server clock,
 // in one statement that first checks that lock's session still holds lock
-// (in pg_locks: its pid, its key, exclusive, granted); it implements
-// [FencedResults]. It stores nothing and returns an error wrapping
+// (in pg_locks: its pid, its key, exclusive, granted); [Group.Do] uses it
+// when its Results is a *Table. It stores nothing and returns an error wrapping
 // [ErrNotStored] and [advisory.ErrLost] when the session no longer holds
 // it, and an error wrapping [ErrNotStored] for a lock that has ended or is
 // shared. The Table must be in the database of lock's Locker. Any other
@@ -48,8 +48,14 @@ where ` + heldSQL
 // the commit comes after the check: a store checked just before the
 // session died still commits.
 func (t *Table) PutHeld(ctx context.Context, lock *advisory.Lock, key string, value []byte, ttl time.Duration) error {
-	if lock == nil {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w (key %q): nil context", ErrNotStored, key)
+	case lock == nil:
 		return fmt.Errorf("%w (key %q): nil *advisory.Lock", ErrNotStored, key)
+	}
+	if err := t.usable(); err != nil {
+		return fmt.Errorf("%w (key %q): %w", ErrNotStored, key, err)
 	}
 	if lock.Shared() {
 		return fmt.Errorf("%w (key %q): PutHeld needs an exclusive lock, not a shared one", ErrNotStored, key)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,5 +307,44 @@ func TestPutHeldOtherRole(t *testing.T) {
 	}
 	if err := table.PutHeld(ctx, lk, "k", []byte("after"), time.Minute); !errors.Is(err, singleflight.ErrNotStored) || !errors.Is(err, advisory.ErrLost) {
 		t.Errorf("PutHeld by another role after the session ended = %v; want ErrNotStored and advisory.ErrLost", err)
+	}
+}
+
+// tenantTable is a wrapper users write: it embeds a Table and keys its
+// rows by tenant in its own Get and Put.
+type tenantTable struct {
+	*singleflight.Table
+	tenant string
+}
+
+func (w tenantTable) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	return w.Table.Get(ctx, w.tenant+"/"+key)
+}
+
+func (w tenantTable) Put(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	return w.Table.Put(ctx, w.tenant+"/"+key, value, ttl)
+}
+
+// TestEmbeddedTableWrapper: a Results that embeds a *Table has its own Put
+// called; the Table's promoted PutHeld must not bypass it (it stored the
+// value under the bare key, so the wrapper's Get never found it and fn ran
+// on every call).
+func TestEmbeddedTableWrapper(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	g, table := group(t, db.DSN, time.Hour)
+	g.Results = tenantTable{Table: table, tenant: "acme"}
+	ctx := ctxT(t)
+	var runs atomic.Int32
+	for range 3 {
+		if _, _, err := g.Do(ctx, "k", func(context.Context) ([]byte, error) { runs.Add(1); return []byte("v"), nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("fn ran %d times through a wrapper of Table, want once", n)
+	}
+	if _, ok, err := table.Get(ctx, "acme/singleflight:k"); err != nil || !ok {
+		t.Errorf("the wrapper's key holds nothing (%v, %v): its Put was bypassed", ok, err)
 	}
 }

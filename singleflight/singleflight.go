@@ -19,7 +19,7 @@ var ErrNotStored = errors.New("singleflight: result not stored")
 
 // ErrStoreUnknown is wrapped by [Group.Do]'s error when the store of fn's
 // value was sent but not answered (the connection broke, ctx ended): the
-// value may or may not be stored. With a [FencedResults] such as [Table]
+// value may or may not be stored. With a [Table]
 // it is stored only if the store's own check, whenever it ran, found the
 // lock's session holding the key.
 var ErrStoreUnknown = errors.New("singleflight: store outcome unknown: the result may have been stored")
@@ -31,20 +31,6 @@ type Results interface {
 	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
 	// Put stores value for key until ttl has passed, replacing any.
 	Put(ctx context.Context, key string, value []byte, ttl time.Duration) error
-}
-
-// FencedResults is a [Results] that can make a store conditional on a
-// lock, checked by the store itself: PutHeld writes value only if lock's
-// session holds lock's key, checked in the same statement or transaction
-// as the write, and otherwise stores nothing and returns an error wrapping
-// [ErrNotStored] and [advisory.ErrLost]. (The commit follows the check: it
-// may land just after the session ended; see the package doc.) [Group.Do]
-// uses PutHeld instead of Put when its Results has it. [Table] implements
-// it; a wrapper around a Table must implement PutHeld too to keep it.
-type FencedResults interface {
-	Results
-	// PutHeld is Put, fenced by lock (an exclusive lock, held).
-	PutHeld(ctx context.Context, lock *advisory.Lock, key string, value []byte, ttl time.Duration) error
 }
 
 // Source says where [Group.Do]'s value came from.
@@ -95,8 +81,8 @@ var errNilGroup = errors.New("singleflight: nil *Group")
 // lost. fn's error is returned, not stored.
 //
 // fn's result is stored only if the lock was still held after fn
-// returned: checked by the store's own statement with a [FencedResults]
-// such as [Table], else by a round trip on the lock's session just before
+// returned: checked by the store's own statement when Results is a
+// *[Table], else by a round trip on the lock's session just before
 // Put (see the package doc for what each leaves open). When it was not,
 // Do returns an error wrapping [ErrNotStored] and [advisory.ErrLost]; a
 // store that failed, an error wrapping [ErrNotStored]; a store whose
@@ -149,8 +135,11 @@ func (g *Group) locked(ctx context.Context, lk *advisory.Lock, key, name string,
 // Results can do that, else after one answered round trip on lk's session.
 func (g *Group) store(ctx context.Context, lk *advisory.Lock, key, name string, value []byte) error {
 	var err error
-	if f, ok := g.Results.(FencedResults); ok {
-		err = f.PutHeld(ctx, lk, name, value, g.TTL)
+	// Only a *Table itself is fenced in its statement: a wrapper that
+	// embeds one (to prefix, compress or encrypt) has its own Put, which
+	// the Table's promoted PutHeld would bypass.
+	if t, ok := g.Results.(*Table); ok {
+		err = t.PutHeld(ctx, lk, name, value, g.TTL)
 	} else if err = lk.Verify(ctx); err != nil {
 		return fmt.Errorf("%w (key %q): the lock was not verified after fn returned: %w", ErrNotStored, key, err)
 	} else {

@@ -129,10 +129,7 @@ var okNil = map[string]string{
 }
 
 // skipped types are left out of TestMethods, with the reason.
-var skipped = map[string]string{
-	"leader.Elector": "its nil and zero receivers panic (Close, Config, Current, Key, Leader, Mode, Resign, State; " +
-		"Observe in a goroutine of its own) and are left to the change that owns package leader",
-}
+var skipped = map[string]string{}
 
 // TestListsComplete: the lists above name every exported type and function
 // of the packages, as their source declares them, so that a new one is
