@@ -81,11 +81,7 @@ func doctor(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode,
 		sessionNote = "not tried: it would be stranded on a pooled server session"
 	}
 	row("session lock kept between statements", yesNo(f.sessionOK, sessionNote))
-	txNote := ""
-	if !f.txOK {
-		txNote = "refused: a BEGIN ends the connection"
-	}
-	row("transactions (BEGIN … COMMIT)", yesNo(f.txOK, txNote))
+	row("transactions (BEGIN … COMMIT)", yesNo(f.txOK, f.txNote))
 	row("autocommitted writes committed", yesNo(f.writeOK, f.writeNote))
 	row("NOTIFY arrives", yesNo(f.notifyOK, f.notifyNote))
 	switch {

@@ -19,6 +19,7 @@ type findings struct {
 	standby    bool
 	mode       pooler.Mode
 	txOK       bool   // a transaction of several statements ran
+	txNote     string // why not: refused by the pooler, or the check failed
 	writeOK    bool   // an autocommitted UPDATE through the pool was committed
 	writeNote  string // why it could not be checked
 	sessionOK  bool   // a session lock was still held at the next statement
@@ -58,7 +59,7 @@ func examine(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode
 	} else {
 		f.notifyNote = "not tried: " + f.mode.String() + " drops LISTEN"
 	}
-	f.txOK = transactionRuns(ctx, pool)
+	f.txOK, f.txNote = transactionRuns(ctx, pool)
 	if err := f.readTable(ctx, pool, schema, table); err != nil {
 		return nil, err
 	}
@@ -92,18 +93,23 @@ func sessionLockKept(ctx context.Context, conn *pgx.Conn) bool {
 // transactionRuns runs a transaction of several statements on a
 // connection of its own, as Guard, XactLock and every BEGIN of the
 // caller's do: statement pooling refuses it (and ends that connection).
-func transactionRuns(ctx context.Context, pool *pgxpool.Pool) bool {
+// A failure of another kind (no connection could be had) is not a
+// refusal: note says so, and the features stay undecided by it.
+func transactionRuns(ctx context.Context, pool *pgxpool.Pool) (ok bool, note string) {
 	conn, err := dial.Dedicated(ctx, pool.Config(), dial.Options{ApplicationName: "pglocks doctor"})
 	if err != nil {
-		return false
+		return false, "not tried: " + oneLine(err.Error())
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for _, sql := range []string{"begin", "select 1", "commit"} { // one message each, as a driver sends them
 		if _, err := conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
-			return false
+			if pooler.StatementPooling(err) {
+				return false, "refused: a BEGIN ends the connection"
+			}
+			return false, "not tried: " + oneLine(err.Error())
 		}
 	}
-	return true
+	return true, ""
 }
 
 // writesCommit runs an UPDATE of the lease table that changes nothing
@@ -205,7 +211,7 @@ func (f *findings) safe() (why, notes map[string]string) {
 		add("leases", "an autocommitted UPDATE was left in an open transaction by the pooler (Pgpool-II with the extended protocol: use default_query_exec_mode=simple_protocol)")
 		add("leader", "autocommitted writes are not committed by the pooler")
 	}
-	if !f.txOK {
+	if !f.txOK && strings.HasPrefix(f.txNote, "refused") {
 		add("xact-locks", "transactions refused (statement pooling ends the connection at BEGIN)")
 		add("leases", "transactions refused: Lease.Guard cannot fence writes")
 		add("leader", "transactions refused: Term.Guard cannot fence writes")

@@ -110,6 +110,26 @@ func TestDoctor(t *testing.T) {
 		}
 		wantLine(t, out, "autocommitted writes committed", "yes")
 	})
+	// A transaction check that cannot even connect is not a refusal: it
+	// does not make xact-locks unsafe (it did, with "a BEGIN ends the
+	// connection", for a role limited to two connections).
+	t.Run("ConnectionLimit", func(t *testing.T) {
+		conn := db.Conn(t)
+		ctx := t.Context()
+		role := "doctor_limit_" + db.Name
+		if _, err := conn.Exec(ctx, "create role "+pgx.Identifier{role}.Sanitize()+" login connection limit 2"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = db.Conn(t).Exec(context.Background(), "drop role "+pgx.Identifier{role}.Sanitize())
+		})
+		out, code := doctorRun(t, strings.Replace(db.DSN, "postgres@", role+"@", 1), "--need=xact-locks")
+		if code != 0 {
+			t.Errorf("status %d with --need=xact-locks for a role limited to 2 connections, want 0", code)
+		}
+		wantLine(t, out, "transactions", "not tried")
+		wantLine(t, out, "feature xact-locks", "safe")
+	})
 	t.Run("NoPrivilege", func(t *testing.T) {
 		conn := db.Conn(t)
 		ctx := t.Context()

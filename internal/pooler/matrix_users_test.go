@@ -191,9 +191,12 @@ func checkElector(t *testing.T, db *pgtest.DB, dsn string, keeps bool) {
 	if st, want := e.State(), map[bool]leader.Mode{true: leader.ModeSession, false: leader.ModeLeaseOnly}[keeps]; st.Mode != want {
 		t.Fatalf("elector campaigns in %v, want %v", st.Mode, want)
 	}
-	if keeps {
+	if keeps { // Observe's own LISTEN, not the Locker's on its channel
 		waitServer(t, db.Conn(t), "Observe's LISTEN", `select exists (select from pg_stat_activity
-			where datname = current_database() and query ilike 'listen %' and state = 'idle')`)
+			where datname = current_database() and query = 'listen "`+leader.DefaultChannel+`"' and state = 'idle')`)
+		if _, ok := rec.Wait(slog.LevelInfo, "observe: the pool is behind a pooler", 0); ok {
+			t.Fatal("Observe polls where sessions are kept")
+		}
 	} else if _, ok := rec.Wait(slog.LevelInfo, "observe: the pool is behind a pooler", time.Minute); !ok {
 		t.Fatalf("Observe never said it polls; log: %v", rec.Records())
 	}

@@ -80,26 +80,30 @@ const probeRuns = 3
 // a dedicated connection from pool that is idle (no transaction open).
 //
 // Behind a pooler it decides by what the server shows of session state:
-// it marks first's server session (a custom setting, pglocks.probe, set
-// to a random value for the session) and then, in up to probeRounds
-// rounds, (1) reads the mark probeRuns times in a row on first, (2) opens
-// a transaction on a second connection from pool and reads the mark
-// there, and (3) reads it on first again while that transaction is open.
-// The mark and the backend's pid must be first's at every read on first,
-// and never be seen by the second connection: only a pooler that keeps
-// each client on its own server session passes every read (Session). A
-// pooler that lends sessions per transaction fails one whatever its reuse
-// order: in turn (first moves at once, (1)), most recently used first (the
-// second lands on first's session, (2)), or pool of one (the second's dial
-// gets first's session). A pooler that refuses the second's BEGIN lends
-// them per statement (Statement).
+// it marks first's server session (a custom setting, pglocks.probe, SET to
+// a random value for the session) and then, in up to probeRounds rounds,
+// (1) reads the mark probeRuns times in a row on first, (2) opens a
+// transaction on a second connection from pool and reads the mark there,
+// and (3) reads it on first again while that transaction is open. The mark
+// and the backend's pid must be first's at every read on first, and never
+// be seen by the second connection: only a pooler that keeps each client
+// on its own server session passes every read (Session). A pooler that
+// lends sessions per transaction fails one in each of PgBouncer's reuse
+// orders: in turn, least recently used first (first moves at once, (1)),
+// most recently used first (the second lands on first's session, (2)), or
+// with a pool of one (the second's dial gets first's session). A pooler
+// that refuses the second's BEGIN lends them per statement (Statement).
 //
 // Session is never mistaken for the others: no read can fail while first
-// keeps its session. The other way round is possible only when other
-// clients' traffic moves the sessions just so in every round. ctx should
-// be short: behind a pooler whose server pool is full the second's dial,
-// or first's statement in (3), waits for a server session, and the probe
-// then fails with ctx's error.
+// keeps its session. The other way round is possible when other clients'
+// traffic moves the sessions just so in every round, and for a pooler that
+// hands a client back the server session it used last whenever that one
+// is idle (client affinity), which no statement of first or of a second
+// client can tell from session pooling; PgBouncer does not do that. Behind
+// a session pooler the probe needs one more server session for a moment
+// (the second connection). ctx should be short: behind a pooler whose
+// server pool is full the second's dial, or first's statement in (3),
+// waits for a server session, and the probe then fails with ctx's error.
 func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Mode, error) {
 	if !Behind(first) {
 		return Direct, nil
@@ -119,7 +123,7 @@ func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Mode, er
 	for range probeRounds {
 		moved, err := probeRound(ctx, first, second.PgConn(), mark)
 		switch {
-		case statementPooling(err):
+		case StatementPooling(err):
 			return Statement, nil
 		case err != nil:
 			return 0, err
@@ -165,7 +169,7 @@ func pooled(ctx context.Context, c *pgconn.PgConn) (Mode, error) {
 		_, err = c.Exec(ctx, "rollback").ReadAll()
 	}
 	switch {
-	case statementPooling(err):
+	case StatementPooling(err):
 		return Statement, nil
 	case err != nil:
 		return 0, fmt.Errorf("pooler probe: %w", err)
@@ -173,10 +177,10 @@ func pooled(ctx context.Context, c *pgconn.PgConn) (Mode, error) {
 	return Transaction, nil
 }
 
-// statementPooling reports whether err is a pooler's refusal of a
+// StatementPooling reports whether err is a pooler's refusal of a
 // transaction: PgBouncer in statement mode ends the client with
 // "transaction blocks not allowed in statement pooling mode" (08P01).
-func statementPooling(err error) bool {
+func StatementPooling(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "08P01" && strings.Contains(pe.Message, "statement pooling")
 }
@@ -194,10 +198,7 @@ func newMark() string {
 // setMark marks first's server session with mark (hex digits only, so
 // quoting is plain), as a session-level setting.
 func setMark(ctx context.Context, first dial.Conn, mark string) error {
-	res, err := first.PgConn().Exec(ctx, "select set_config('pglocks.probe', '"+mark+"', false)").ReadAll()
-	if err == nil && (len(res) != 1 || res[0].Err != nil) {
-		err = fmt.Errorf("unexpected result")
-	}
+	_, err := first.PgConn().Exec(ctx, "set pglocks.probe = '"+mark+"'").ReadAll()
 	if err != nil {
 		return fmt.Errorf("pooler probe: mark session: %w", err)
 	}
