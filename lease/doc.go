@@ -105,7 +105,7 @@
 // joins a queue, and one goroutine at a time runs the queue (up to 128
 // calls) as one statement — one round trip, one commit, one WAL flush for
 // many calls — then the queue that gathered meanwhile. Alone, a call
-// costs what it did; the figures are in README.md (BenchmarkThroughput).
+// costs what it did; the figures are in docs/performance.md (BenchmarkThroughput).
 // Every call keeps its own result and its own three outcomes:
 //   - A batch waits for no row lock (SKIP LOCKED): a call whose row is
 //     locked (a Guard's transaction, a racing writer) gets no answer from

@@ -1,13 +1,13 @@
-// Command benchtable turns one run of .ci/bench into README.md's
+// Command benchtable turns one run of .ci/bench into docs/performance.md's
 // performance table, so that every figure in it comes from that one run.
 //
 //	go run ./.ci/benchtable DIR            # print the table
-//	go run ./.ci/benchtable -w DIR README.md  # replace it in README.md
+//	go run ./.ci/benchtable -w DIR docs/performance.md  # replace it there
 //
 // DIR holds the raw `go test -bench` outputs that .ci/bench writes (one file
 // per group, named as there). Each figure is the median of the runs; a ratio
 // of two benchmarks (ours and raw) is the median of the ratios of their i-th
-// runs, which .ci/bench makes in one pass, one after the other. In README.md
+// runs, which .ci/bench makes in one pass, one after the other. In docs/performance.md
 // the table sits between the lines <!-- bench:begin --> and
 // <!-- bench:end -->.
 package main
@@ -153,10 +153,10 @@ func k(v float64) string {
 func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 
 func main() {
-	write := flag.Bool("w", false, "replace the table in the README.md given after DIR")
+	write := flag.Bool("w", false, "replace the table in the file given after DIR (docs/performance.md)")
 	flag.Parse()
 	if flag.NArg() < 1 || (*write && flag.NArg() != 2) {
-		fmt.Fprintln(os.Stderr, "usage: benchtable DIR | benchtable -w DIR README.md")
+		fmt.Fprintln(os.Stderr, "usage: benchtable DIR | benchtable -w DIR docs/performance.md")
 		os.Exit(2)
 	}
 	r, err := load(flag.Arg(0))
@@ -180,7 +180,7 @@ func main() {
 	}
 }
 
-// replace puts table between README's markers.
+// replace puts table between the markers of docs/performance.md.
 func replace(readme, table string) error {
 	b, err := os.ReadFile(readme)
 	if err != nil {

@@ -12,7 +12,7 @@ var (
 	waiters    = []string{"waiters=8", "waiters=32", "waiters=64"}
 )
 
-// rows is README's performance table: the operation, then the figures of
+// rows is the performance table of docs/performance.md: the operation, then the figures of
 // this run.
 func (t *table) rows() string {
 	var b strings.Builder

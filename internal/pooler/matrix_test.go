@@ -99,8 +99,8 @@ func TestPoolerMatrix(t *testing.T) {
 	}
 }
 
-// TestPgpoolLeavesDMLOpen pins a Pgpool-II behaviour that README's pooler
-// table warns of (pgpool2 issue 172): in raw mode an UPDATE sent with the
+// TestPgpoolLeavesDMLOpen pins a Pgpool-II behaviour that docs/poolers.md
+// warns of (pgpool2 issue 172): in raw mode an UPDATE sent with the
 // extended protocol — pgx's default exec mode — runs in a transaction
 // pgpool opens and does not commit, so the row stays locked and unchanged
 // for everyone else until the client leaves; the simple protocol commits.
