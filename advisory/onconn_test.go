@@ -190,11 +190,12 @@ func TestSessionLockOnConnBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = closed.Close(ctx)
+	var nilCtx context.Context
 	for name, call := range map[string]func() error{
 		"NilConn":       func() error { return advisory.SessionLock(ctx, nil, key) },
 		"ClosedConn":    func() error { return advisory.TrySessionLock(ctx, closed, key) },
 		"ZeroKey":       func() error { return advisory.SessionLock(ctx, db.Conn(t), pglocks.Key{}) },
-		"NilContext":    func() error { return advisory.SessionUnlock(nil, db.Conn(t), key) }, //nolint:staticcheck // on purpose
+		"NilContext":    func() error { return advisory.SessionUnlock(nilCtx, db.Conn(t), key) },
 		"UnlockNilConn": func() error { return advisory.SessionUnlock(ctx, nil, key) },
 	} {
 		if err := call(); err == nil {

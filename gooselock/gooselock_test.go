@@ -208,7 +208,8 @@ func TestBadInput(t *testing.T) {
 	if err := l.SessionLock(ctx, nil); err == nil {
 		t.Error("SessionLock(nil conn) accepted")
 	}
-	if err := l.SessionUnlock(nil, nil); err == nil { //nolint:staticcheck // on purpose
+	var nilCtx context.Context
+	if err := l.SessionUnlock(nilCtx, nil); err == nil {
 		t.Error("SessionUnlock(nil ctx) accepted")
 	}
 	if l.Key() != key || nilLocker.Key() != (pglocks.Key{}) {
