@@ -24,10 +24,11 @@ import (
 // whose cancel could leave a ghost waiter that takes the lock later.
 //
 // Before the first try it checks conn's session, in one round trip (and,
-// behind a pooler, the probe a [Locker] makes, which opens one more
-// connection from conn's config for a moment): behind a pooler in
-// transaction or statement mode it fails with [ErrTransactionPooling], on
-// a standby with [ErrStandby], and takes nothing.
+// behind a pooler, the probe a [Locker] makes, which SETs the custom
+// setting pglocks.probe on conn's session and opens one more connection
+// from conn's config for a moment): behind a pooler in transaction or
+// statement mode it fails with [ErrTransactionPooling], on a standby with
+// [ErrStandby], and takes nothing.
 //
 // A try or unlock statement that fails after it was sent may have taken
 // or kept the lock (a session lock outlives its statement's error), so
