@@ -18,6 +18,17 @@
 // transaction, and they are the only kind that works through a pooler in
 // transaction mode.
 //
+// A session lock on a connection of the caller's own (SessionLock,
+// TrySessionLock, SessionUnlock on a *pgx.Conn; package stdsql does the same
+// on a *sql.Conn) suits a tool that already works on one connection and
+// wants the lock to die with it, such as a migration tool (package
+// gooselock). The session is checked as a Locker checks its own (refused
+// behind transaction or statement pooling and on a standby), the wait polls
+// as XactLock does, and a lock or unlock statement that fails after it was
+// sent closes the connection, which frees whatever it held
+// (TestSessionLockOnConnLostReply). Nothing watches such a lock: the caller
+// learns of its loss only from its connection's next statement.
+//
 // # WARNING: session locks are UNSAFE behind PgBouncer transaction pooling
 //
 // A session lock belongs to a server session. Behind PgBouncer (or any

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pglocks/pglocks"
@@ -79,24 +78,7 @@ func waitXact(ctx context.Context, op string, tx pgx.Tx, key pglocks.Key, shared
 	if err := checkXact(ctx, tx, key); err != nil {
 		return opErr(op, key, err)
 	}
-	backoff := DefaultMinBackoff
-	for {
-		ok, err := tryXactOnce(ctx, tx, key, shared)
-		if err != nil {
-			return opErr(op, key, err)
-		}
-		if ok {
-			return nil
-		}
-		t := time.NewTimer(jitter(backoff))
-		backoff = min(2*backoff, DefaultMaxBackoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return opErr(op, key, context.Cause(ctx))
-		}
-	}
+	return opErr(op, key, poll(ctx, func() (bool, error) { return tryXactOnce(ctx, tx, key, shared) }))
 }
 
 func tryXactOnce(ctx context.Context, tx pgx.Tx, key pglocks.Key, shared bool) (bool, error) {
@@ -104,13 +86,9 @@ func tryXactOnce(ctx context.Context, tx pgx.Tx, key pglocks.Key, shared bool) (
 	if shared {
 		fn += "_shared"
 	}
+	sql, args := lockCall(fn, key)
 	var ok bool
-	var err error
-	if hi, lo, isPair := key.Pair(); isPair {
-		err = tx.QueryRow(ctx, "select "+fn+"($1::int4, $2::int4)", xactArgs(tx, hi, lo)...).Scan(&ok)
-	} else {
-		err = tx.QueryRow(ctx, "select "+fn+"($1::int8)", xactArgs(tx, key.Int64())...).Scan(&ok)
-	}
+	err := tx.QueryRow(ctx, sql, xactArgs(tx, args...)...).Scan(&ok)
 	return ok, err
 }
 

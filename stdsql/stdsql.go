@@ -12,7 +12,12 @@
 // Leases, Lockers and Electors themselves stay on a pgxpool.Pool: they need
 // their own sessions (session locks, LISTEN) which a database/sql pool does
 // not hand out. Only the statements run in the caller's transaction go
-// through database/sql.
+// through database/sql — and session locks on a *sql.Conn the caller keeps
+// ([SessionLock], [SessionUnlock]; package gooselock uses them for goose
+// migrations), which need pgx's stdlib driver: through it they check that
+// the connection keeps its server session (no pooler in transaction or
+// statement mode). Unlock before conn.Close: database/sql does not know of
+// the lock and would hand the connection out again still holding it.
 //
 // [Tx] adapts a *sql.Tx to the pgx.Tx those functions take. It supports
 // what they use — QueryRow and Exec — and Commit and Rollback; the other

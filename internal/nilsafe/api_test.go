@@ -12,6 +12,8 @@ import (
 
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/gocronleader"
+	"github.com/pglocks/pglocks/gooselock"
 	"github.com/pglocks/pglocks/health"
 	"github.com/pglocks/pglocks/httplock"
 	"github.com/pglocks/pglocks/leader"
@@ -35,6 +37,8 @@ var packages = map[string]string{
 	"stdsql":       "../../stdsql",
 	"health":       "../../health",
 	"otelpglocks":  "../../otelpglocks",
+	"gooselock":    "../../gooselock",
+	"gocronleader": "../../gocronleader",
 }
 
 // types are the exported types of the packages.
@@ -80,6 +84,8 @@ var types = map[string]reflect.Type{
 	"singleflight.Table":    reflect.TypeFor[singleflight.Table](),
 	"health.Checker":        reflect.TypeFor[health.Checker](),
 	"otelpglocks.Option":    reflect.TypeFor[otelpglocks.Option](),
+	"gooselock.Locker":      reflect.TypeFor[gooselock.Locker](),
+	"gocronleader.Elector":  reflect.TypeFor[gocronleader.Elector](),
 }
 
 // funcs are the exported functions of the packages.
@@ -96,6 +102,9 @@ var funcs = map[string]any{
 	"advisory.TryXactRLock":         advisory.TryXactRLock,
 	"advisory.XactLock":             advisory.XactLock,
 	"advisory.XactRLock":            advisory.XactRLock,
+	"advisory.SessionLock":          advisory.SessionLock,
+	"advisory.TrySessionLock":       advisory.TrySessionLock,
+	"advisory.SessionUnlock":        advisory.SessionUnlock,
 	"lease.New":                     lease.New,
 	"lease.SchemaSQL":               lease.SchemaSQL,
 	"lease.ParseHandle":             lease.ParseHandle,
@@ -112,6 +121,11 @@ var funcs = map[string]any{
 	"stdsql.TryXactLock":            stdsql.TryXactLock,
 	"stdsql.XactLock":               stdsql.XactLock,
 	"stdsql.Tx":                     stdsql.Tx,
+	"stdsql.SessionLock":            stdsql.SessionLock,
+	"stdsql.TrySessionLock":         stdsql.TrySessionLock,
+	"stdsql.SessionUnlock":          stdsql.SessionUnlock,
+	"gooselock.New":                 gooselock.New,
+	"gocronleader.Start":            gocronleader.Start,
 	"health.Handler":                health.Handler,
 	"health.Ready":                  health.Ready,
 	"otelpglocks.New":               otelpglocks.New,
