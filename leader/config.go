@@ -72,8 +72,10 @@ type Config struct {
 	Locker *advisory.Locker
 
 	// Store holds the election's lease row (named "pglocks.leader:" +
-	// Name). Its table must exist ([lease.Store.Migrate]). Default: a Store
-	// of its own on Pool with the default table, closed by [Elector.Close].
+	// Name). Its table must exist ([lease.Store.Migrate]): without it Run
+	// returns an error wrapping [lease.ErrNoTable] that says how to create
+	// it. Default: a Store of its own on Pool with the default table,
+	// closed by [Elector.Close].
 	Store *lease.Store
 
 	// Identity names this candidate in the lease row, in [Leader] and in

@@ -259,7 +259,9 @@ func (e *Elector) Resign(ctx context.Context) error {
 //
 // A campaign that fails for a reason retrying cannot fix — the lease table
 // is missing, a privilege or the password is wrong, the server is read-only
-// (see package internal/outcome) — makes Run return that error at once.
+// (see package internal/outcome) — makes Run return that error at once;
+// the lease's wrap [lease.ErrNoTable], [lease.ErrNoPrivilege] or
+// [lease.ErrReadOnly] and say what cures them.
 // Other failures (the server restarting, a network error) are retried with
 // capped, jittered backoff, logged at Warn and reported by [Elector.State].
 // Run also returns an error when lead is nil, when the elector is closed

@@ -369,7 +369,8 @@ func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	var exp time.Time
-	if err := noRows(tx.QueryRow(ctx, l.store.q.guardSQL, txArgs(tx, l.args())...).Scan(&exp)); err != nil {
+	err := tx.QueryRow(ctx, l.store.q.guardSQL, txArgs(tx, l.args())...).Scan(&exp)
+	if err := noRows(l.store.pool.t.explain(l.store.q.guardSQL, err)); err != nil {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	return nil
