@@ -27,8 +27,9 @@ const (
 // Lower bounds of [Config]'s durations: [New] refuses smaller values, so
 // that no setting turns the campaign's or the leader's loop into a busy one.
 const (
-	// MinTTL bounds Config.TTL below.
-	MinTTL = 100 * time.Millisecond
+	// MinTTL bounds Config.TTL below: it is [lease.MinTTL], the shortest
+	// TTL of any lease, for the reason given there.
+	MinTTL = lease.MinTTL
 	// MinRenewInterval bounds Config.RenewInterval below: a leader sends
 	// at most 100 renewals a second (each a statement and a commit).
 	MinRenewInterval = 10 * time.Millisecond
@@ -85,7 +86,8 @@ type Config struct {
 	// TTL is the lease's time to live: how long a leader that can no longer
 	// reach the database may keep the lease before another candidate may
 	// take it, and so the longest failover when the server keeps a
-	// partitioned leader's session open. Default: 15s. Minimum: 100ms.
+	// partitioned leader's session open. Default: 15s. Minimum: [MinTTL]
+	// (100ms).
 	TTL time.Duration
 
 	// RenewInterval is how often the leader renews its lease. It must be

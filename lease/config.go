@@ -23,8 +23,15 @@ const (
 	// DefaultMaxTTL is the longest TTL a store accepts unless Config.MaxTTL
 	// says otherwise.
 	DefaultMaxTTL = 24 * time.Hour
-	// MinTTL is the shortest TTL any store accepts.
-	MinTTL = time.Millisecond
+	// MinTTL is the shortest TTL any store accepts, and the shortest TTL
+	// of a leader's term (leader.MinTTL is this): a holder trusts its lease
+	// for TTL − SafetyMargin from the send time of its acquire or renew,
+	// and that window must outlast what a healthy system routinely adds —
+	// round trips of a few milliseconds, tens of milliseconds of GC or
+	// scheduling pauses on a busy host. Below about 100ms, a lease is lost
+	// in normal operation (a 1ms lease, once accepted, was lost before its
+	// holder could use it).
+	MinTTL = 100 * time.Millisecond
 	// MinRenewInterval is the shortest renewal interval of a kept-alive
 	// lease, TTL × Config.RenewFraction, that a store accepts: a shorter
 	// one (a tiny RenewFraction makes it 0) would renew back to back.
