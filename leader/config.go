@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/deflog"
 	"github.com/pglocks/pglocks/internal/ident"
 	"github.com/pglocks/pglocks/lease"
 )
@@ -136,8 +137,14 @@ type Config struct {
 	Channel string
 
 	// Logger receives the elector's events: Info for elections and
-	// demotions, Warn for retried failures, Error for a campaign that
-	// cannot succeed (which Run also returns). Default: discard; see
+	// demotions, Warn for retried failures (a campaign or a read of the
+	// lease row that failed: every RetryInterval or so while the database
+	// cannot be reached), for lost terms and for the fallbacks behind a
+	// pooler in transaction mode (lease-only campaigns, a polling
+	// Observe), Error for a campaign that cannot succeed (which Run also
+	// returns). Default: slog.Default(), Warn and above only — failures
+	// and fallbacks reach a program that configured nothing, elections do
+	// not; give slog.New(slog.DiscardHandler) for silence, and see
 	// [Elector.State] for the same facts without a logger.
 	Logger *slog.Logger
 
@@ -182,9 +189,7 @@ func (c *Config) setDefaults(ping time.Duration) {
 	if c.Channel == "" {
 		c.Channel = DefaultChannel
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = deflog.Or(c.Logger)
 }
 
 // validate checks c after setDefaults; ping is the Locker's PingInterval

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/deflog"
 	"github.com/pglocks/pglocks/internal/ident"
 )
 
@@ -127,7 +128,11 @@ type Config struct {
 	// Logger receives the store's events, with attributes lease, owner,
 	// token, elapsed, held and err: Debug for acquisitions, busy leases,
 	// renewals and releases (routine contention), Warn for failed acquire
-	// calls and renewals and for lost leases. Default: discard.
+	// calls and renewals, for lost leases and for the fallback to polling
+	// behind a pooler that moves sessions. Default: slog.Default(), Warn
+	// and above only — failures and losses reach a program that
+	// configured nothing, routine events do not; give
+	// slog.New(slog.DiscardHandler) for silence.
 	Logger *slog.Logger
 
 	// Observer receives the store's events for metrics (see
@@ -171,9 +176,7 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = deflog.Or(c.Logger)
 	return c
 }
 
