@@ -79,7 +79,7 @@ func newElector(t *testing.T, r replica, name, id string, tweak func(*leader.Con
 }
 
 // trustBook records which candidates trust a term now, and every term that
-// began while another candidate still trusted its own (B8).
+// began while another candidate still trusted its own.
 type trustBook struct {
 	mu       sync.Mutex
 	live     map[string]liveTerm
@@ -125,7 +125,7 @@ func (b *trustBook) work(who string) func(context.Context, leader.Term) error {
 	}
 }
 
-// TestMixedSettingsNoOverlap (B8): candidates with different PingInterval
+// TestMixedSettingsNoOverlap: candidates with different PingInterval
 // and Grace take over from each other; the taker must wait for the
 // holder's horizon, not its own, so no two candidates ever trust a term at
 // once.
@@ -235,7 +235,7 @@ func TestRunReturnsFatalCampaignError(t *testing.T) {
 	}
 }
 
-// TestSkewedStoreClock (B11): a Store whose Now is an hour off elects and
+// TestSkewedStoreClock: a Store whose Now is an hour off elects and
 // runs work, and keeps leading across renewals.
 func TestSkewedStoreClock(t *testing.T) {
 	t.Parallel()
@@ -280,7 +280,7 @@ func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 
 func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// TestObserveReadsOnlyOwnNews (B16): notifications about other elections
+// TestObserveReadsOnlyOwnNews: notifications about other elections
 // on the shared channel cause no read of the observed election's row.
 func TestObserveReadsOnlyOwnNews(t *testing.T) {
 	t.Parallel()

@@ -17,8 +17,8 @@ var (
 	// ErrNotHeld is returned by Renew, Release, Assert, Guard and Resume when
 	// the lease is not held by this (name, owner, token) any more: the row
 	// has another owner or token, has expired by the server clock, was
-	// released or broken, or does not exist. Seed 000's error table, in one
-	// sentinel.
+	// released or broken, or does not exist: every way a lease can have
+	// ended, in one sentinel.
 	ErrNotHeld = errors.New("lease: not held")
 
 	// ErrLost is the cause of a lease's [Lease.Context] and the error of
