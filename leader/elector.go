@@ -331,24 +331,6 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term T
 	return nil
 }
 
-// reached records that a campaign step got an answer from the database.
-func (e *Elector) reached() {
-	e.mu.Lock()
-	e.reachedAt = time.Now()
-	e.mu.Unlock()
-}
-
-// neverReached returns the last error recorded since began if no campaign
-// step has reached the database since then, else nil.
-func (e *Elector) neverReached(began time.Time) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.lastErr == nil || e.errAt.Before(began) || !e.reachedAt.Before(began) {
-		return nil
-	}
-	return e.lastErr
-}
-
 // enter marks Run as under way.
 func (e *Elector) enter() (chan struct{}, error) {
 	e.mu.Lock()
