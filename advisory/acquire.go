@@ -21,6 +21,7 @@ type attempt struct {
 	id     keyID
 	shared bool
 	wait   bool
+	call   call // when the call began, for pickSession
 
 	waker   chan struct{} // signalled when a holder unlocks the key
 	asked   time.Time     // when a failed try last asked holders to notify
@@ -35,11 +36,11 @@ func (l *Locker) acquire(ctx context.Context, op string, key pglocks.Key, shared
 	if err := l.check(ctx, key); err != nil {
 		return nil, opErr(op, key, err)
 	}
-	id, start := idOf(key), time.Now()
+	id, start, c := idOf(key), time.Now(), l.beginCall()
 	if err := l.reserve(ctx, id, shared, wait); err != nil {
 		return l.observeAcquire(key, shared, wait, start, nil, opErr(op, key, err))
 	}
-	a := &attempt{l: l, ctx: ctx, key: key, id: id, shared: shared, wait: wait, busy: l.cfg.MinBackoff}
+	a := &attempt{l: l, ctx: ctx, key: key, id: id, shared: shared, wait: wait, call: c, busy: l.cfg.MinBackoff}
 	lk, err := a.run()
 	return l.observeAcquire(key, shared, wait, start, lk, opErr(op, key, err))
 }
@@ -100,7 +101,7 @@ func (a *attempt) shouldAsk() bool {
 // once makes one try on a session, asking holders to notify if ask and it
 // fails: the lock, nil and nil when the key is busy, or why the try failed.
 func (a *attempt) once(ask bool) (*Lock, error) {
-	s, err := a.l.pickSession(a.ctx, a.wait)
+	s, err := a.l.pickSession(a.ctx, a.wait, a.call)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/deflog"
 	"github.com/pglocks/pglocks/internal/ident"
 )
 
@@ -159,7 +160,9 @@ type Config struct {
 	// Logger receives the locker's events, with attributes key, pid,
 	// elapsed, held and err: Debug for acquisitions, busy keys and
 	// releases (routine contention), Warn for failed acquire calls and
-	// lost locks. Default: discard.
+	// lost locks. Default: slog.Default(), Warn and above only — failures
+	// and losses reach a program that configured nothing, routine events
+	// do not; give slog.New(slog.DiscardHandler) for silence.
 	Logger *slog.Logger
 
 	// Observer receives the locker's events for metrics (see
@@ -193,9 +196,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.KeepalivesIdle, DefaultKeepalivesIdle)
 	setDur(&c.KeepalivesInterval, DefaultKeepalivesInterval)
 	setDur(&c.TCPUserTimeout, DefaultTCPUserTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = deflog.Or(c.Logger)
 	return c
 }
 

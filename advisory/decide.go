@@ -2,6 +2,8 @@ package advisory
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/pglocks/pglocks/internal/outcome"
 )
@@ -94,8 +96,22 @@ func decide(err error, wait bool, retried, maxSessions int) step {
 	return stepReturn
 }
 
-// dialError is the error of a session that could not be opened.
-type dialError struct{ err error }
+// dialError is the error of a session that could not be opened: err, from
+// a dial that started at started, returned to a call that began at call.
+type dialError struct {
+	err           error
+	started, call time.Time
+}
 
-func (e dialError) Error() string { return "open session: " + e.err.Error() }
+// Error says "open session: " and the dial's error, and, when the dial
+// started before the call, that it did and how long before.
+func (e dialError) Error() string {
+	if !e.started.IsZero() && e.started.Before(e.call) {
+		return fmt.Sprintf("open session: %v (the error of a dial that started %v before this call, at %s)",
+			e.err, e.call.Sub(e.started).Round(time.Microsecond), e.started.Format("15:04:05.000000"))
+	}
+	return "open session: " + e.err.Error()
+}
+
+// Unwrap returns the dial's error.
 func (e dialError) Unwrap() error { return e.err }

@@ -29,8 +29,8 @@ const (
 	fanoutCalib   = 20_000 // NOTIFYs sent to idle listeners to price one
 )
 
-// BenchmarkFanout measures the NOTIFY fan-out of waiting Locks (design
-// weakness 9 of the review): every Locker's listener receives every event
+// BenchmarkFanout measures the NOTIFY fan-out of waiting Locks (a known
+// cost of the design): every Locker's listener receives every event
 // on the channel, whoever it is for. Each iteration:
 //
 //  1. calibrate: fanoutCalib unlock events for keys nobody waits on are

@@ -57,11 +57,12 @@ func (l *Locker) dialListener() (*pgconn.PgConn, error) {
 	l.dial.listener = true
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.QueryTimeout+l.connectTimeout())
+	start := time.Now()
 	conn, _, err := l.connect(ctx, l.onNotify, 0)
 	cancel()
 	l.mu.Lock()
 	l.dial.listener = false
-	l.dialEndedLocked(err)
+	l.dialEndedLocked(err, start)
 	l.mu.Unlock()
 	return conn, err
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // TryLock on a Locker that cannot open a session returns the cause after
-// one failed dial, well under a second, not when its ctx ends (B1).
+// one failed dial, well under a second, not when its ctx ends.
 func TestTryLockReportsDialCause(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -66,7 +66,7 @@ func TestTryLockReportsDialCause(t *testing.T) {
 }
 
 // A Locker waiting through an outage backs off: little CPU, few dials,
-// and the error names the last cause (B1). Not parallel: it measures the
+// and the error names the last cause. Not parallel: it measures the
 // process's CPU time.
 func TestLockBacksOffThroughOutage(t *testing.T) {
 	r := newRejecter(t)
@@ -111,7 +111,7 @@ func cpuTime(t testing.TB) time.Duration {
 }
 
 // Sessions are opened the way the pool opens connections: its
-// BeforeConnect (here: the real user) and AfterConnect run for them (B1).
+// BeforeConnect (here: the real user) and AfterConnect run for them.
 func TestPoolHooksApply(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -141,7 +141,7 @@ func TestPoolHooksApply(t *testing.T) {
 	}
 }
 
-// New opens no connection (B18): the counting server sees none until a
+// New opens no connection: the counting server sees none until a
 // lock is asked for.
 func TestNewOpensNothing(t *testing.T) {
 	t.Parallel()

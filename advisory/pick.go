@@ -8,32 +8,57 @@ import (
 )
 
 // dialState paces the Locker's dials (sessions and listener alike) while
-// they fail: after a failed dial at most one dial is under way, and the
-// next one starts no earlier than next, a capped exponential backoff with
-// jitter (internal/backoff: 25–50 ms after the first failure, doubling to
-// 0.5–1 s), so a Locker makes at most 2 dials per second at steady state
-// during an outage, however many calls wait. A successful dial ends it.
-// Guarded by Locker.mu.
+// they fail: after a failed dial at most one dial is under way, shared by
+// every call that waits for a session, and a call made after the last
+// failed dial ended starts the next one at once (see pickSession); a dial
+// that only retries — for a call that already saw a dial fail, or for the
+// listener — starts no earlier than next, a capped exponential backoff
+// with jitter (internal/backoff: 25–50 ms after the first failure,
+// doubling to 0.5–1 s), so waiting calls make at most 2 dials per second
+// at steady state during an outage, however many there are. A successful
+// dial ends it. Guarded by Locker.mu.
 type dialState struct {
 	failed   error     // the latest dial's error; nil after a success
+	failedAt time.Time // when the dial that failed started
 	gen      uint64    // failed dials so far
-	next     time.Time // while failed: no dial before this
+	next     time.Time // while failed: no retrying dial before this
 	listener bool      // the listener is dialing
 	bo       backoff.Backoff
 }
 
-// mayDialLocked reports whether a session dial may start now.
-func (l *Locker) mayDialLocked(now time.Time) bool {
+// call is what pickSession knows of the call it picks a session for: when
+// it began, and how many dials had failed by then.
+type call struct {
+	at  time.Time
+	gen uint64
+}
+
+// beginCall returns the call that begins now.
+func (l *Locker) beginCall() call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return call{at: time.Now(), gen: l.dial.gen}
+}
+
+// mayDialLocked reports whether a session dial may start now for c: while
+// dials fail, only when none is under way, and — unless no dial has failed
+// since c began, so that the latest failure is older than c — only once
+// the backoff has passed.
+func (l *Locker) mayDialLocked(now time.Time, c call) bool {
 	if len(l.sessions)+l.dialing >= l.cfg.MaxSessions {
 		return false
 	}
-	return l.dial.failed == nil || l.dialing == 0 && !l.dial.listener && !now.Before(l.dial.next)
+	if l.dial.failed == nil {
+		return true
+	}
+	return l.dialing == 0 && !l.dial.listener && (l.dial.gen == c.gen || !now.Before(l.dial.next))
 }
 
-// dialEndedLocked records a dial's result and wakes whoever waits for one.
-func (l *Locker) dialEndedLocked(err error) {
+// dialEndedLocked records the result of a dial that started at start and
+// wakes whoever waits for one.
+func (l *Locker) dialEndedLocked(err error, start time.Time) {
 	if err != nil {
-		l.dial.failed = err
+		l.dial.failed, l.dial.failedAt = err, start
 		l.dial.gen++
 		l.dial.next = time.Now().Add(l.dial.bo.Next())
 	} else if l.dial.failed != nil {
@@ -52,12 +77,16 @@ func (l *Locker) dialEndedLocked(err error) {
 // the background, up to MaxSessions) when every session is busy or holds
 // spreadAt locks, and waits for one when none is open yet.
 //
-// When none is open and none can be opened, it returns a dialError: for a
-// try (wait false) the latest failure if no dial is under way, else the
-// failure of the dial it waited for; for a waiting call, only a failure of
-// a dial that ended after it was called, so that a retrying Lock waits for
-// the next dial, which dialState paces.
-func (l *Locker) pickSession(ctx context.Context, wait bool) (*session, error) {
+// When none is open and none can be opened, it returns a dialError. The
+// rule (see the package doc, When the database is unavailable): a call c
+// made after the last failed dial ended dials at once — it never gets the
+// error of a dial that ended before it began — while a dial under way is
+// shared by every call that comes meanwhile, whose error then says that
+// the dial started before the call. A try (wait false) returns the error
+// of the dial it made or shared; a waiting call only a failure of a dial
+// that ended after this pick began, so that a retrying Lock waits for the
+// next dial, which dialState paces.
+func (l *Locker) pickSession(ctx context.Context, wait bool, c call) (*session, error) {
 	l.mu.Lock()
 	gen := l.dial.gen
 	l.mu.Unlock()
@@ -68,7 +97,7 @@ func (l *Locker) pickSession(ctx context.Context, wait bool) (*session, error) {
 			return nil, ErrClosed
 		}
 		best := l.leastBusyLocked()
-		if (best == nil || best.pending.Load() > 0 || len(best.locks) >= spreadAt) && l.mayDialLocked(time.Now()) {
+		if (best == nil || best.pending.Load() > 0 || len(best.locks) >= spreadAt) && l.mayDialLocked(time.Now(), c) {
 			l.dialing++
 			l.wg.Add(1)
 			go l.openSession()
@@ -79,8 +108,9 @@ func (l *Locker) pickSession(ctx context.Context, wait bool) (*session, error) {
 		}
 		idle := l.dialing == 0 && !l.dial.listener
 		if err := l.dial.failed; err != nil && (l.dial.gen != gen || !wait && idle) {
+			de := dialError{err: err, started: l.dial.failedAt, call: c.at}
 			l.mu.Unlock()
-			return nil, dialError{err}
+			return nil, de
 		}
 		changed, next := l.changed, l.dial.next
 		l.mu.Unlock()
@@ -129,6 +159,7 @@ func (l *Locker) openSession() {
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.QueryTimeout+l.connectTimeout())
 	defer cancel()
+	start := time.Now()
 	conn, pid, err := l.connect(ctx, nil, l.cfg.TCPUserTimeout)
 	if err == nil {
 		if err = prepareAll(ctx, conn); err != nil {
@@ -138,7 +169,7 @@ func (l *Locker) openSession() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.dialing--
-	l.dialEndedLocked(err)
+	l.dialEndedLocked(err, start)
 	if err != nil {
 		return
 	}

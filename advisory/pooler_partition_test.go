@@ -41,7 +41,7 @@ func pooledPath(t *testing.T, pooled bool) (*bundle, *pgtest.Proxy, *pgxpool.Poo
 	return b, p, lazyPool(t, pdsn)
 }
 
-// TestPartitionedHolderFreed (C4): a holder cut off from the network for
+// TestPartitionedHolderFreed: a holder cut off from the network for
 // real — behind a session-mode PgBouncer, cut between the holder and
 // PgBouncer while PgBouncer's link to the server stays healthy — has its
 // lock freed by the server in bounded time (no holder in pg_locks, another

@@ -122,7 +122,7 @@ func TestFailedStatementKeepsOtherLocks(t *testing.T) {
 	}
 }
 
-// Bad input gets a named error, never a panic (B14, B17).
+// Bad input gets a named error, never a panic.
 func TestBadInputNoPanic(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -11,7 +11,7 @@ import (
 )
 
 // A waiting Lock goes on waiting when its session is terminated, and takes
-// the lock when the holder unlocks (B4).
+// the lock when the holder unlocks.
 func TestLockSurvivesTerminatedSession(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -53,7 +53,7 @@ func TestLockSurvivesTerminatedSession(t *testing.T) {
 	}
 }
 
-// A waiting Lock goes on across a server restart (B4).
+// A waiting Lock goes on across a server restart.
 func TestLockSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.NewServer(t)
@@ -79,7 +79,7 @@ func TestLockSurvivesRestart(t *testing.T) {
 	}
 }
 
-// A waiting Lock goes on when its connection is reset under it (B4).
+// A waiting Lock goes on when its connection is reset under it.
 func TestLockSurvivesConnectionReset(t *testing.T) {
 	t.Parallel()
 	b, p, waiter := proxied(t, advisory.Config{})

@@ -58,10 +58,11 @@
 //
 // TestPlantedBugs plants known bugs in the library (internal/plant: a Guard
 // that checks nothing; acquisitions, renewals and breaks committed
-// asynchronously, review finding B7) in the workers of a run and asserts
-// that the oracles report each, so a green run means something. A planted
-// run stops at the first violation (the history so far is checked every two
-// seconds), and goes on until then for up to 120 s, not the default size:
-// the bug shows only when a fault strikes at the right moment, and a run
-// under a CPU hog once ended at the default size without it.
+// asynchronously, which a server crash can undo after they were answered) in
+// the workers of a run and asserts that the oracles report each, so a green
+// run means something. A planted run stops at the first violation (the
+// history so far is checked every two seconds), and goes on until then for
+// up to 120 s, not the default size: the bug shows only when a fault strikes
+// at the right moment, and a run under a CPU hog once ended at the default
+// size without it.
 package chaos

@@ -1,6 +1,6 @@
 // Package httplock is net/http middleware that serializes requests per
-// resource across every instance of a service (seed 004's "distributed
-// lock middleware"): a function of the request names the lock, or none;
+// resource across every instance of a service (distributed lock
+// middleware): a function of the request names the lock, or none;
 // while another request anywhere holds it the answer is 429 Too Many
 // Requests with a Retry-After header and a small application/problem+json
 // body. The lock is released when the handler returns, also when it

@@ -16,11 +16,11 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestLeaseReleaseDuringOutage (second review, C3): the handler returns
+// TestLeaseReleaseDuringOutage: the handler returns
 // while the server restarts — its sessions ended, new connections refused
 // — so the middleware's release cannot be sent. Once the server is back
-// the resource is free again: a request gets 200, not 429 for good (found
-// in review: the release's error was dropped and the lease's keep-alive
+// the resource is free again: a request gets 200, not 429 for good (before
+// the fix, the release's error was dropped and the lease's keep-alive
 // went on renewing it until the Store closed).
 func TestLeaseReleaseDuringOutage(t *testing.T) {
 	t.Parallel()
@@ -99,8 +99,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // an operator's pg_cancel_backend does the same), which leaves the lock
 // held on its session. The middleware tries again within ReleaseTimeout,
 // so once the server lets it the lock is freed and the resource is not
-// answered 429 for as long as the session lives (found in the second
-// review's pass over helpers that release on a caller's behalf: the error
+// answered 429 for as long as the session lives (before the fix, the error
 // was dropped after one try).
 func TestAdvisoryUnlockRefused(t *testing.T) {
 	t.Parallel()

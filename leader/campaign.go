@@ -60,6 +60,7 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 	}
 	e.mu.Lock()
 	e.current = t
+	e.reachedAt = time.Now()
 	e.mu.Unlock()
 	e.notify(ctx)
 	return t, nil
@@ -92,6 +93,7 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 			info, err := e.cfg.Store.Get(lctx, e.leaseName)
 			switch {
 			case errors.Is(err, lease.ErrNotFound):
+				e.reached()
 				continue
 			case err != nil && lctx.Err() == nil && fatal(err):
 				cancel(fmt.Errorf("read the lease: %w", err))
@@ -103,6 +105,7 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 				}
 				continue
 			}
+			e.reached()
 			l := leaderFromInfo(e.cfg.Name, info)
 			if l.Held && !sameTerm(l, last) && hooks != nil && e.cfg.OnNewLeader != nil {
 				hooks.do(func() { e.cfg.OnNewLeader(l) })

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/deflog"
 	"github.com/pglocks/pglocks/internal/ident"
 	"github.com/pglocks/pglocks/lease"
 )
@@ -27,8 +28,9 @@ const (
 // Lower bounds of [Config]'s durations: [New] refuses smaller values, so
 // that no setting turns the campaign's or the leader's loop into a busy one.
 const (
-	// MinTTL bounds Config.TTL below.
-	MinTTL = 100 * time.Millisecond
+	// MinTTL bounds Config.TTL below: it is [lease.MinTTL], the shortest
+	// TTL of any lease, for the reason given there.
+	MinTTL = lease.MinTTL
 	// MinRenewInterval bounds Config.RenewInterval below: a leader sends
 	// at most 100 renewals a second (each a statement and a commit).
 	MinRenewInterval = 10 * time.Millisecond
@@ -72,8 +74,10 @@ type Config struct {
 	Locker *advisory.Locker
 
 	// Store holds the election's lease row (named "pglocks.leader:" +
-	// Name). Its table must exist ([lease.Store.Migrate]). Default: a Store
-	// of its own on Pool with the default table, closed by [Elector.Close].
+	// Name). Its table must exist ([lease.Store.Migrate]): without it Run
+	// returns an error wrapping [lease.ErrNoTable] that says how to create
+	// it. Default: a Store of its own on Pool with the default table,
+	// closed by [Elector.Close].
 	Store *lease.Store
 
 	// Identity names this candidate in the lease row, in [Leader] and in
@@ -83,7 +87,8 @@ type Config struct {
 	// TTL is the lease's time to live: how long a leader that can no longer
 	// reach the database may keep the lease before another candidate may
 	// take it, and so the longest failover when the server keeps a
-	// partitioned leader's session open. Default: 15s. Minimum: 100ms.
+	// partitioned leader's session open. Default: 15s. Minimum: [MinTTL]
+	// (100ms).
 	TTL time.Duration
 
 	// RenewInterval is how often the leader renews its lease. It must be
@@ -132,8 +137,14 @@ type Config struct {
 	Channel string
 
 	// Logger receives the elector's events: Info for elections and
-	// demotions, Warn for retried failures, Error for a campaign that
-	// cannot succeed (which Run also returns). Default: discard; see
+	// demotions, Warn for retried failures (a campaign or a read of the
+	// lease row that failed: every RetryInterval or so while the database
+	// cannot be reached), for lost terms and for the fallbacks behind a
+	// pooler in transaction mode (lease-only campaigns, a polling
+	// Observe), Error for a campaign that cannot succeed (which Run also
+	// returns). Default: slog.Default(), Warn and above only — failures
+	// and fallbacks reach a program that configured nothing, elections do
+	// not; give slog.New(slog.DiscardHandler) for silence, and see
 	// [Elector.State] for the same facts without a logger.
 	Logger *slog.Logger
 
@@ -178,9 +189,7 @@ func (c *Config) setDefaults(ping time.Duration) {
 	if c.Channel == "" {
 		c.Channel = DefaultChannel
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = deflog.Or(c.Logger)
 }
 
 // validate checks c after setDefaults; ping is the Locker's PingInterval

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pglocks/pglocks/leader"
+	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -55,5 +56,20 @@ func TestIntervalLowerBounds(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestTTLMinimumIsTheLeases: leader.MinTTL is lease.MinTTL — one lower
+// bound for a TTL across both packages — and a TTL just below it is
+// refused by New, naming the bound.
+func TestTTLMinimumIsTheLeases(t *testing.T) {
+	t.Parallel()
+	if leader.MinTTL != lease.MinTTL {
+		t.Errorf("leader.MinTTL = %v, lease.MinTTL = %v: want one bound", leader.MinTTL, lease.MinTTL)
+	}
+	pool := pgtest.New(t).NewPool(t)
+	_, err := leader.New(leader.Config{Name: "x", Pool: pool, Mode: leader.ModeLeaseOnly, TTL: lease.MinTTL - time.Microsecond})
+	if !errors.Is(err, leader.ErrInvalidConfig) || !strings.Contains(err.Error(), "below the minimum of "+lease.MinTTL.String()) {
+		t.Errorf("New with TTL below lease.MinTTL: %v", err)
 	}
 }

@@ -163,10 +163,16 @@
 //
 // A campaign that cannot succeed — the lease table is missing, a privilege
 // or the password is wrong, the server is read-only — makes [Elector.Run]
-// return the cause at once; other failures are retried with capped,
-// jittered backoff and logged at Warn. [Elector.State] reports whether the
-// candidate runs and leads, until when its term is trusted, and the last
-// error and when, for health checks.
+// return the cause at once (the lease package's errors say what cures
+// it). Other failures are retried with capped, jittered backoff and logged
+// at Warn, which reaches slog.Default() unless Config.Logger says
+// otherwise: a candidate that cannot reach the database says so about
+// every RetryInterval (TestDefaultLoggerWarns). If Run's ctx ends before
+// any campaign of that Run reached the database, Run returns the last
+// failure rather than nil (TestRunSaysWhyItNeverCampaigned).
+// [Elector.State] reports whether the candidate runs and leads, until
+// when its term is trusted, and the last error and when, for health
+// checks.
 //
 // # Fencing
 //

@@ -64,6 +64,7 @@ type Elector struct {
 	closeErr  error
 	lastErr   error
 	errAt     time.Time
+	reachedAt time.Time // the last time a campaign step got an answer from the database
 }
 
 // tenure is a term being led: the two things held (one, lease-only), and
@@ -253,13 +254,19 @@ func (e *Elector) Resign(ctx context.Context) error {
 //
 // When ctx ends, a leader's work is cancelled ([ErrStopped]) and, once it
 // has returned, the leader resigns with a fresh context bounded by
-// RetryInterval + 5s, and Run returns nil. When leadership is lost instead,
+// RetryInterval + 5s, and Run returns nil — unless no campaign of this Run
+// ever reached the database (none was elected or read the lease row) and
+// one failed: then Run returns an error that wraps the last failure (not
+// ctx's error), so that a candidate that could not campaign during its
+// whole life does not stop as if all was well. When leadership is lost instead,
 // the elector steps down at once — releases its lease and unlocks — and
 // then waits for lead to return before it campaigns again.
 //
 // A campaign that fails for a reason retrying cannot fix — the lease table
 // is missing, a privilege or the password is wrong, the server is read-only
-// (see package internal/outcome) — makes Run return that error at once.
+// (see package internal/outcome) — makes Run return that error at once;
+// the lease's wrap [lease.ErrNoTable], [lease.ErrNoPrivilege] or
+// [lease.ErrReadOnly] and say what cures them.
 // Other failures (the server restarting, a network error) are retried with
 // capped, jittered backoff, logged at Warn and reported by [Elector.State].
 // Run also returns an error when lead is nil, when the elector is closed
@@ -287,6 +294,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term T
 	hooks := newDispatcher()
 	defer hooks.close()
 	bo := backoff.Backoff{Min: min(100*time.Millisecond, e.cfg.RetryInterval), Max: 2 * e.cfg.RetryInterval}
+	began := time.Now()
 	var sitOut time.Duration
 	for ctx.Err() == nil {
 		if sitOut > 0 && !sleep(ctx, sitOut) {
@@ -315,6 +323,10 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term T
 	}
 	if e.life.Err() != nil {
 		return fmt.Errorf("%w during Run of election %q", ErrClosed, e.cfg.Name)
+	}
+	if err := e.neverReached(began); err != nil {
+		return fmt.Errorf("leader: election %q: Run stopped (%v) before any campaign reached the database: %w",
+			e.cfg.Name, context.Cause(ctx), err)
 	}
 	return nil
 }

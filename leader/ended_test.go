@@ -15,7 +15,7 @@ import (
 // An ended term is never trusted again: after a Break ends A's term, while
 // A's Locker session keeps answering round trips for another lock, A's
 // old Term reports a zero TrustedUntil and a done Context — before and
-// after B is elected (review of issue 12: TrustedUntil followed the lease's
+// after B is elected (before the fix, TrustedUntil followed the lease's
 // stale deadline and the session's live VerifiedAt, and said "trusted" for
 // seconds while B led).
 func TestEndedTermNotTrusted(t *testing.T) {
@@ -72,7 +72,7 @@ func TestEndedTermNotTrusted(t *testing.T) {
 }
 
 // A Close whose ctx ends before Run returns still closes the Locker and
-// Store the Elector made for itself, once Run returns (review of issue 12:
+// Store the Elector made for itself, once Run returns (before the fix
 // they leaked, with their sessions, and a second Close returned nil).
 func TestCloseBeforeRunReturnsClosesOwned(t *testing.T) {
 	t.Parallel()

@@ -70,7 +70,7 @@ func (o *observer) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := o.listen(ctx)
 		if errors.Is(err, errTransactionPooling) {
-			o.e.cfg.Logger.Info("leader: observe: the pool is behind a pooler that moves sessions (transaction or statement mode), where LISTEN does not work: polling",
+			o.e.cfg.Logger.Warn("leader: observe: the pool is behind a pooler that moves sessions (transaction or statement mode), where LISTEN does not work: polling",
 				"election", o.e.cfg.Name, "every", o.e.cfg.RetryInterval)
 			o.poll(ctx)
 			return

@@ -10,7 +10,7 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestSessionPoolerPartitionedLeader (C4): a session-mode leader whose
+// TestSessionPoolerPartitionedLeader: a session-mode leader whose
 // connections all go through a session-mode PgBouncer is cut off from
 // PgBouncer for real, while PgBouncer's link to the server stays healthy.
 // It steps down; the server ends its lock session once the pings stop (the

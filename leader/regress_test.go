@@ -2,6 +2,7 @@ package leader_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -78,7 +79,7 @@ func newElector(t *testing.T, r replica, name, id string, tweak func(*leader.Con
 }
 
 // trustBook records which candidates trust a term now, and every term that
-// began while another candidate still trusted its own (B8).
+// began while another candidate still trusted its own.
 type trustBook struct {
 	mu       sync.Mutex
 	live     map[string]liveTerm
@@ -124,7 +125,7 @@ func (b *trustBook) work(who string) func(context.Context, leader.Term) error {
 	}
 }
 
-// TestMixedSettingsNoOverlap (B8): candidates with different PingInterval
+// TestMixedSettingsNoOverlap: candidates with different PingInterval
 // and Grace take over from each other; the taker must wait for the
 // holder's horizon, not its own, so no two candidates ever trust a term at
 // once.
@@ -169,27 +170,48 @@ func TestMixedSettingsNoOverlap(t *testing.T) {
 	t.Logf("%d takeovers from a candidate with a longer Grace; %d overlaps", takeovers, len(book.overlaps))
 }
 
-// TestRunReturnsFatalCampaignError (B10): a campaign that cannot succeed —
-// here the lease table does not exist — makes Run return the cause, both
-// when the candidate takes the campaign lock and when another candidate
-// holds it (the candidate reads the lease row while it waits).
+// TestRunReturnsFatalCampaignError: a campaign that cannot succeed — here
+// the lease table does not exist — makes Run return the cause, an error
+// wrapping lease.ErrNoTable that says how to create the table: when the
+// candidate takes the campaign lock, when another candidate holds it (the
+// candidate reads the lease row while it waits), and with the elector's
+// own Store on a database never migrated, in either mode.
 func TestRunReturnsFatalCampaignError(t *testing.T) {
 	t.Parallel()
-	for _, another := range []bool{false, true} {
-		t.Run(map[bool]string{false: "Alone", true: "WhileAnotherLeads"}[another], func(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		another bool
+		own     bool
+		mode    leader.Mode
+	}{
+		{name: "Alone"},
+		{name: "WhileAnotherLeads", another: true},
+		{name: "OwnStore", own: true},
+		{name: "OwnStoreLeaseOnly", own: true, mode: leader.ModeLeaseOnly},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			db := setup(t)
-			if another {
+			if c.another {
 				c := startCandidate(t, newReplica(t, db.DSN), "fatal", "good", nil)
 				waitEvent(t, c.elected, "the other candidate's election")
 			}
 			pool := db.NewPool(t)
-			store, err := lease.New(pool, lease.Config{Table: "no_such_table"})
-			if err != nil {
-				t.Fatal(err)
+			table := "public.pglocks_leases"
+			cfg := leader.Config{Name: "fatal", Pool: pool, Mode: c.mode, RetryInterval: 200 * time.Millisecond}
+			if c.own {
+				if _, err := pool.Exec(t.Context(), "drop table pglocks_leases"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				store, err := lease.New(pool, lease.Config{Table: "no_such_table"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = store.Close(context.Background()) })
+				cfg.Store, table = store, "public.no_such_table"
 			}
-			t.Cleanup(func() { _ = store.Close(context.Background()) })
-			e, err := leader.New(leader.Config{Name: "fatal", Pool: pool, Store: store, RetryInterval: 200 * time.Millisecond})
+			e, err := leader.New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,8 +222,11 @@ func TestRunReturnsFatalCampaignError(t *testing.T) {
 			err = e.Run(ctx, func(context.Context, leader.Term) error { return nil })
 			took := time.Since(start)
 			t.Logf("Run returned after %v: %v", took.Round(time.Millisecond), err)
-			if err == nil || !strings.Contains(err.Error(), "no_such_table") || took > 2*time.Second {
-				t.Fatalf("Run returned after %v: %v; want an error naming no_such_table within 2s", took.Round(time.Millisecond), err)
+			if err == nil || !strings.Contains(err.Error(), table) || took > 2*time.Second {
+				t.Fatalf("Run returned after %v: %v; want an error naming %s within 2s", took.Round(time.Millisecond), err, table)
+			}
+			if !errors.Is(err, lease.ErrNoTable) || !strings.Contains(err.Error(), "Store.Migrate") {
+				t.Errorf("Run: %v; want it to wrap lease.ErrNoTable and name Store.Migrate", err)
 			}
 			if st := e.State(); st.LastError == nil || st.Running || st.Leading {
 				t.Errorf("State after Run returned: %+v", st)
@@ -210,7 +235,7 @@ func TestRunReturnsFatalCampaignError(t *testing.T) {
 	}
 }
 
-// TestSkewedStoreClock (B11): a Store whose Now is an hour off elects and
+// TestSkewedStoreClock: a Store whose Now is an hour off elects and
 // runs work, and keeps leading across renewals.
 func TestSkewedStoreClock(t *testing.T) {
 	t.Parallel()
@@ -255,7 +280,7 @@ func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 
 func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// TestObserveReadsOnlyOwnNews (B16): notifications about other elections
+// TestObserveReadsOnlyOwnNews: notifications about other elections
 // on the shared channel cause no read of the observed election's row.
 func TestObserveReadsOnlyOwnNews(t *testing.T) {
 	t.Parallel()

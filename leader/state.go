@@ -51,3 +51,21 @@ func (e *Elector) setErr(err error) {
 	e.lastErr, e.errAt = err, time.Now()
 	e.mu.Unlock()
 }
+
+// reached records that a campaign step got an answer from the database.
+func (e *Elector) reached() {
+	e.mu.Lock()
+	e.reachedAt = time.Now()
+	e.mu.Unlock()
+}
+
+// neverReached returns the last error recorded since began if no campaign
+// step has reached the database since then, else nil.
+func (e *Elector) neverReached(began time.Time) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lastErr == nil || e.errAt.Before(began) || !e.reachedAt.Before(began) {
+		return nil
+	}
+	return e.lastErr
+}

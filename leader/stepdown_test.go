@@ -14,7 +14,7 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestSharedSessionNeverDemoted is the review's r22: process A leads "slow"
+// TestSharedSessionNeverDemoted: process A leads "slow"
 // and "healthy" with both campaign locks on one Locker session; slow's work
 // holds a guarded transaction past its TTL, so slow's lease expires; B,
 // campaigning for slow, must not terminate the session that also holds
@@ -71,7 +71,7 @@ func TestSharedSessionNeverDemoted(t *testing.T) {
 	}
 }
 
-// TestWorkIgnoringCtxDoesNotDelayFailover (review "Likely" 2): a leader
+// TestWorkIgnoringCtxDoesNotDelayFailover: a leader
 // whose lease is broken steps down — unlocks its campaign lock — at once,
 // although its work ignores cancellation, so another candidate is elected
 // within about the lease's renewal interval.

@@ -72,7 +72,7 @@ func TestResignBeforeTermStarts(t *testing.T) {
 	}
 }
 
-// TestNoWorkOnLostLock (review "Likely" 3): a term whose advisory lock is
+// TestNoWorkOnLostLock: a term whose advisory lock is
 // already known lost does not start its work.
 func TestNoWorkOnLostLock(t *testing.T) {
 	t.Parallel()

@@ -27,7 +27,7 @@ func viaProxy(t *testing.T, b bundle) (*lease.Store, *pgtest.Proxy) {
 	})
 }
 
-// TestAmbiguousAcquireWithOwner (review B2): a TryAcquire with a caller's
+// TestAmbiguousAcquireWithOwner: a TryAcquire with a caller's
 // owner whose statement stalls past its ctx is cleaned up by the exact
 // attempt, never by owner: the same owner's live lease stays held, nobody
 // else can take it while it is trusted, and the call returns within 100 ms
@@ -96,7 +96,7 @@ func TestAmbiguousAcquireWithOwner(t *testing.T) {
 	}
 }
 
-// TestAmbiguousRelease (review B3): a Release whose reply is lost (it ran
+// TestAmbiguousRelease: a Release whose reply is lost (it ran
 // on the server) ends the Lease before it returns — Lost closed, Context
 // done, Err saying the outcome is unknown — so it is over before anyone
 // else can acquire the name.

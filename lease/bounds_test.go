@@ -41,9 +41,45 @@ func TestIntervalLowerBounds(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// At the bound: renewed every 100µs (TTL 10ms × 0.01).
-	at := newStore(t, b.pool, lease.Config{RenewFraction: 0.01})
-	l = mustTry(t, at, "at-bound", 10*time.Millisecond, lease.WithKeepAlive())
+	// At the bound: renewed every 100µs (TTL 100ms × 0.001).
+	at := newStore(t, b.pool, lease.Config{RenewFraction: 0.001})
+	l = mustTry(t, at, "at-bound", lease.MinTTL, lease.WithKeepAlive())
+	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatal(err)
+	}
+}
+
+// TestTTLLowerBound: a TTL below lease.MinTTL (100ms, the bound leader
+// has too) is refused with ErrInvalidTTL naming the bound, by every call
+// that takes a TTL, and by New for Config.MaxTTL; MinTTL itself is
+// accepted. A 1 ms lease used to be accepted, and was lost before its
+// holder could use it.
+func TestTTLLowerBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	if lease.MinTTL != 100*time.Millisecond {
+		t.Errorf("lease.MinTTL = %v, want 100ms", lease.MinTTL)
+	}
+	want := "below the minimum of 100ms"
+	for _, ttl := range []time.Duration{time.Millisecond, lease.MinTTL - time.Microsecond} {
+		calls := map[string]func() error{
+			"TryAcquire": func() error { _, err := b.store.TryAcquire(ctx, "tiny", ttl); return err },
+			"Acquire":    func() error { _, err := b.store.Acquire(ctx, "tiny", ttl); return err },
+			"Do": func() error {
+				return b.store.Do(ctx, "tiny", ttl, func(context.Context) error { return nil })
+			},
+		}
+		for name, call := range calls {
+			if err := call(); !errors.Is(err, lease.ErrInvalidTTL) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s with TTL %v: %v, want ErrInvalidTTL saying %q", name, ttl, err, want)
+			}
+		}
+	}
+	if _, err := lease.New(b.pool, lease.Config{MaxTTL: lease.MinTTL - time.Microsecond}); !errors.Is(err, lease.ErrInvalidConfig) {
+		t.Errorf("New with MaxTTL below MinTTL: %v, want ErrInvalidConfig", err)
+	}
+	l := mustTry(t, b.store, "at-min", lease.MinTTL)
 	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatal(err)
 	}

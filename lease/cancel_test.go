@@ -14,7 +14,7 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestCancelledAcquireStrandsNothing (issue 18): 32 waiters on one name
+// TestCancelledAcquireStrandsNothing: 32 waiters on one name
 // with random deadlines of 20–320 ms, each winner releasing at once, 30
 // trials. An Acquire whose deadline ends while its statement waits for the
 // row lock of a release may still commit on its backend after the client

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/deflog"
 	"github.com/pglocks/pglocks/internal/ident"
 )
 
@@ -23,8 +24,15 @@ const (
 	// DefaultMaxTTL is the longest TTL a store accepts unless Config.MaxTTL
 	// says otherwise.
 	DefaultMaxTTL = 24 * time.Hour
-	// MinTTL is the shortest TTL any store accepts.
-	MinTTL = time.Millisecond
+	// MinTTL is the shortest TTL any store accepts, and the shortest TTL
+	// of a leader's term (leader.MinTTL is this): a holder trusts its lease
+	// for TTL − SafetyMargin from the send time of its acquire or renew,
+	// and that window must outlast what a healthy system routinely adds —
+	// round trips of a few milliseconds, tens of milliseconds of GC or
+	// scheduling pauses on a busy host. Below about 100ms, a lease is lost
+	// in normal operation (a 1ms lease, once accepted, was lost before its
+	// holder could use it).
+	MinTTL = 100 * time.Millisecond
 	// MinRenewInterval is the shortest renewal interval of a kept-alive
 	// lease, TTL × Config.RenewFraction, that a store accepts: a shorter
 	// one (a tiny RenewFraction makes it 0) would renew back to back.
@@ -120,7 +128,11 @@ type Config struct {
 	// Logger receives the store's events, with attributes lease, owner,
 	// token, elapsed, held and err: Debug for acquisitions, busy leases,
 	// renewals and releases (routine contention), Warn for failed acquire
-	// calls and renewals and for lost leases. Default: discard.
+	// calls and renewals, for lost leases and for the fallback to polling
+	// behind a pooler that moves sessions. Default: slog.Default(), Warn
+	// and above only — failures and losses reach a program that
+	// configured nothing, routine events do not; give
+	// slog.New(slog.DiscardHandler) for silence.
 	Logger *slog.Logger
 
 	// Observer receives the store's events for metrics (see
@@ -164,9 +176,7 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = deflog.Or(c.Logger)
 	return c
 }
 

@@ -29,6 +29,25 @@
 // and Guard are scoped to (name, owner, token): a wrong owner, another
 // token, an expired lease and a missing row all give [ErrNotHeld].
 //
+// # Setting up
+//
+// Create the table first, once per database: [Store.Migrate] (needs CREATE
+// on the schema), the DDL of [SchemaSQL] in a migration tool, or
+// "pglocks migrate". Everything else needs only USAGE on the schema and
+// SELECT, INSERT and UPDATE on the table, and a primary: a standby serves
+// [Store.Get], [Store.List] and [Store.IsHeld] only. A store that is not
+// set up says so, and what cures it, from every operation — acquire,
+// renew, release, inspect, break, Guard — and from [Store.Migrate]: the
+// error wraps [ErrNoTable] (naming the table and the three ways to create
+// it), [ErrNoPrivilege] (naming the role and the GRANT to run) or
+// [ErrReadOnly] (point the pool at the primary), and the server's error;
+// retrying cannot help, so [Store.Acquire] returns it at once, and so
+// does the Run of a leader.Elector (TestNoTableNamesTheFix,
+// TestNoPrivilegeNamesTheGrant, TestReadOnlyNamesThePrimary: a database
+// with default_transaction_read_only and a real standby). A store works
+// behind any pooler, in every mode (see Behind a pooler): there is no
+// pooler refusal to name.
+//
 // # Time
 //
 // Every expiry decision is made in SQL with the server's clock, at the

@@ -13,7 +13,7 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestTokensSurviveCrash (review B7): acquisitions commit durably whatever
+// TestTokensSurviveCrash: acquisitions commit durably whatever
 // the session's synchronous_commit. A private server whose WAL
 // writer sleeps 10 s, sessions with synchronous_commit = off, three
 // acquisitions (and releases), then a crash — a backend SIGKILLed, so the

@@ -17,8 +17,8 @@ var (
 	// ErrNotHeld is returned by Renew, Release, Assert, Guard and Resume when
 	// the lease is not held by this (name, owner, token) any more: the row
 	// has another owner or token, has expired by the server clock, was
-	// released or broken, or does not exist. Seed 000's error table, in one
-	// sentinel.
+	// released or broken, or does not exist: every way a lease can have
+	// ended, in one sentinel.
 	ErrNotHeld = errors.New("lease: not held")
 
 	// ErrLost is the cause of a lease's [Lease.Context] and the error of
@@ -51,6 +51,30 @@ var (
 
 	// ErrInvalidConfig is wrapped by every error of [New] about its Config.
 	ErrInvalidConfig = errors.New("lease: invalid config")
+
+	// ErrNoTable is wrapped, with the server's error (SQLSTATE 42P01), by
+	// the error of every operation that found no lease table: the error
+	// names the table and the ways to create it — [Store.Migrate], the DDL
+	// of [SchemaSQL] in a migration tool, or "pglocks migrate". Retrying
+	// cannot help (internal/outcome classifies it fatal).
+	ErrNoTable = errors.New("lease: no lease table")
+
+	// ErrNoPrivilege is wrapped, with the server's error (SQLSTATE 42501),
+	// by the error of an operation the role may not run on the lease table
+	// (or its schema): the error names the role, the table and the GRANT
+	// that cures it. [Store.Migrate] needs CREATE on the schema; every
+	// other operation SELECT, INSERT and UPDATE on the table. Retrying
+	// cannot help.
+	ErrNoPrivilege = errors.New("lease: missing privilege on the lease table")
+
+	// ErrReadOnly is wrapped, with the server's error (SQLSTATE 25006), by
+	// the error of an operation that writes (acquire, renew, release,
+	// break) when the pool reached a read-only server: a standby, or a
+	// database or role with default_transaction_read_only on. Point the
+	// pool at the primary; with several hosts in its DSN, add
+	// target_session_attrs=read-write. Reads (Get, List, IsHeld) work
+	// there. Retrying cannot help.
+	ErrReadOnly = errors.New("lease: the server is read-only")
 )
 
 // HeldError is the error of a [Store.TryAcquire] that found the lease held

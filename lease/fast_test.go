@@ -13,7 +13,7 @@ import (
 )
 
 // TestFastRetake: a store that released a name itself takes it again with
-// the plain UPDATE of a released row (issue 18: it costs the server less),
+// the plain UPDATE of a released row (it costs the server less),
 // and when another store took the row since, it falls back to the retake,
 // which still reports the holder, takes an expired row and tells its old
 // holder of the takeover. A failed fast try writes nothing.

@@ -152,7 +152,9 @@ func waitLockWait(t *testing.T, b bundle) {
 }
 
 // TestGuardedCounterStress: 32 goroutines × 250 attempts (a quarter of them
-// waiting ones) on one name with random hold times, some with TTLs short enough to expire mid-hold. The
+// waiting ones) on one name with random hold times, some with the shortest
+// TTL (lease.MinTTL), of which one in 32 holds past it so that it expires
+// mid-hold. The
 // counter, written only under Guard, ends equal to the number of committed
 // guarded writes, tokens reach it in order, and no two long-TTL holders
 // ever coexist.
@@ -177,7 +179,7 @@ func TestGuardedCounterStress(t *testing.T) {
 	for range 32 {
 		wg.Go(func() {
 			for range 250 { // 8,000 acquisitions: ~10 s on 2 cores under -race
-				ttl, long := 5*time.Millisecond, false
+				ttl, long := lease.MinTTL, false
 				if rand.N(10) > 0 {
 					ttl, long = 10*time.Second, true
 				}
@@ -205,7 +207,11 @@ func TestGuardedCounterStress(t *testing.T) {
 				if long && holders.Add(1) != 1 {
 					t.Error("two holders at once")
 				}
-				spin(time.Duration(rand.N(200)) * time.Microsecond)
+				hold := time.Duration(rand.N(200)) * time.Microsecond
+				if !long && rand.N(32) == 0 {
+					hold = ttl + 10*time.Millisecond // work that outlives the lease
+				}
+				spin(hold)
 				err = guardedIncrement(ctx, pool, l)
 				switch {
 				case err == nil:

@@ -13,7 +13,7 @@ import (
 	"github.com/pglocks/pglocks/lease"
 )
 
-// TestKeepAliveMarginChecked (review B9): a kept-alive lease whose trust
+// TestKeepAliveMarginChecked: a kept-alive lease whose trust
 // window (TTL − SafetyMargin) ends before its first renewal (TTL ×
 // RenewFraction) would be declared lost while healthy; such a TTL is
 // refused, naming the fields, instead of acquired.
@@ -38,7 +38,7 @@ func TestKeepAliveMarginChecked(t *testing.T) {
 	}
 }
 
-// TestNilArguments (review B17): nil contexts and a nil transaction give
+// TestNilArguments: nil contexts and a nil transaction give
 // errors, not panics.
 func TestNilArguments(t *testing.T) {
 	t.Parallel()
@@ -104,7 +104,7 @@ func guardNilCtx(ctx context.Context, b bundle, l *lease.Lease) error {
 	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return l.Guard(nilCtx, tx) })
 }
 
-// TestLongNameInErrors (review B17): errors about an over-long name quote
+// TestLongNameInErrors: errors about an over-long name quote
 // a shortened name, not the whole of it.
 func TestLongNameInErrors(t *testing.T) {
 	t.Parallel()
@@ -116,10 +116,10 @@ func TestLongNameInErrors(t *testing.T) {
 	}
 }
 
-// TestQuickStartBusy (second review, C6): README's lease quick start, as
+// TestQuickStartBusy: README's lease quick start, as
 // written there, when the lease is busy: TryAcquire returns a HeldError
 // and a nil *Lease, and the code goes on to `defer l.Release(ctx)` and
-// l.Guard. Neither panics (found in review: both did); each returns an
+// l.Guard. Neither panics (both did before the fix); each returns an
 // error saying there is no lease.
 func TestQuickStartBusy(t *testing.T) {
 	t.Parallel()

@@ -169,11 +169,11 @@ func TestReleaseRacesKeepAlive(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := ctxT(t)
-	s := newStore(t, b.pool, lease.Config{RenewFraction: 0.02})
+	s := newStore(t, b.pool, lease.Config{RenewFraction: 0.002})
 	const cycles = 2000
 	lost := 0
 	for i := range cycles {
-		l := mustTry(t, s, "race", 10*time.Millisecond, lease.WithKeepAlive())
+		l := mustTry(t, s, "race", lease.MinTTL, lease.WithKeepAlive())
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			if err := l.Renew(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) {
@@ -183,7 +183,7 @@ func TestReleaseRacesKeepAlive(t *testing.T) {
 		spin(time.Duration(rand.N(200)) * time.Microsecond)
 		if err := l.Release(ctx); err != nil {
 			// Honest only if the lease had really run out: no renewal
-			// succeeded within its 9 ms of trust (a stalled scheduler).
+			// succeeded within its 90 ms of trust (a stalled scheduler).
 			if !errors.Is(err, lease.ErrNotHeld) || time.Now().Before(l.TrustedUntil()) {
 				t.Fatalf("cycle %d: release: %v (lease: %v)", i, err, l.Err())
 			}

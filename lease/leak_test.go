@@ -10,7 +10,7 @@ import (
 	"github.com/pglocks/pglocks"
 )
 
-// TestListenerFlatOverNotifications (review B5): the listener's memory and
+// TestListenerFlatOverNotifications: the listener's memory and
 // goroutines stay flat over 100k notifications received while an interest
 // lock is being retried (a foreign session holds the interest key), the
 // state in which each wait used to leak a context. A first round warms up;

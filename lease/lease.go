@@ -318,8 +318,8 @@ func (l *Lease) endedErr() error {
 }
 
 // Assert checks with the server that the lease is still held with at least
-// atLeast left by the server clock, as seed 001's assertTTL: before a step
-// that must finish under the lease. Not held: an error wrapping
+// atLeast left by the server clock: call it before a step that must
+// finish under the lease. Not held: an error wrapping
 // [ErrNotHeld]; held with less time left: one wrapping [ErrTimeLeft]. It
 // does not renew. ctx bounds the round trip.
 func (l *Lease) Assert(ctx context.Context, atLeast time.Duration) error {
@@ -369,7 +369,8 @@ func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	var exp time.Time
-	if err := noRows(tx.QueryRow(ctx, l.store.q.guardSQL, txArgs(tx, l.args())...).Scan(&exp)); err != nil {
+	err := tx.QueryRow(ctx, l.store.q.guardSQL, txArgs(tx, l.args())...).Scan(&exp)
+	if err := noRows(l.store.pool.t.explain(l.store.q.guardSQL, err)); err != nil {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 	"github.com/pglocks/pglocks/lease"
 )
 
-// TestNotHeldTable is seed 000's error table: renew, release, assert and
+// TestNotHeldTable is the table of ways a lease ends: renew, release, assert and
 // guard succeed for the right owner and report ErrNotHeld for a wrong
 // owner, a wrong token, an expired lease, a released one and a missing row.
 func TestNotHeldTable(t *testing.T) {

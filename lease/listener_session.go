@@ -170,7 +170,7 @@ func minPositive(a, b time.Duration) time.Duration {
 
 // transactionPooled probes a connection that is behind a pooler and
 // reports whether the pooler moves sessions (transaction or statement
-// mode); then the store polls, and says so once at Info
+// mode); then the store polls, and says so at Warn
 // (see [listener.startPolling]): a LISTEN there would be registered on
 // whichever server session ran it, its interest locks stranded there, and
 // its lock_timeout left to the next client. A failed probe counts as
@@ -183,7 +183,7 @@ func (lis *listener) transactionPooled(ctx context.Context, poolCfg *pgxpool.Con
 		return true
 	}
 	if !mode.KeepsSession() {
-		lis.s.cfg.Logger.Info("lease: the pool is behind a pooler that moves sessions ("+mode.String()+"), where LISTEN does not work: waiting Acquires poll",
+		lis.s.cfg.Logger.Warn("lease: the pool is behind a pooler that moves sessions ("+mode.String()+"), where LISTEN does not work: waiting Acquires poll",
 			"every", pollInterval)
 		lis.startPolling()
 		return true

@@ -10,8 +10,7 @@ import (
 	"github.com/pglocks/pglocks/lease"
 )
 
-// TestBreakEndsHolderPromptly (review design 4, README "loss is
-// announced"): a Break reaches the holding store through NOTIFY and ends
+// TestBreakEndsHolderPromptly (loss is announced): a Break reaches the holding store through NOTIFY and ends
 // the Lease at once, not at its next renewal (TTL 30 s: 10 s away). Five
 // rounds; each must close Lost within 1 s of Break returning.
 func TestBreakEndsHolderPromptly(t *testing.T) {

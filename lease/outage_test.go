@@ -11,10 +11,10 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestDoReleaseNotSent (second review, C3): Store.Do's release meets a
+// TestDoReleaseNotSent: Store.Do's release meets a
 // server that is restarting — its sessions ended, new connections refused
 // — so the release is never sent. Once the server is back the name is
-// released, not kept alive for good (found in review: the Lease stayed
+// released, not kept alive for good (before the fix: the Lease stayed
 // live and its keep-alive restarted, renewing the row until Store.Close,
 // and Do's caller had no Lease to retry the release with).
 func TestDoReleaseNotSent(t *testing.T) {

@@ -26,6 +26,7 @@ type modalPool struct {
 	*pgxpool.Pool
 	def pgx.QueryExecMode // the pool's
 	m   *execMode
+	t   *tableRef // explains the errors of statements on the table (setup.go)
 }
 
 // execMode is decided once per store, on its first statement.
@@ -35,23 +36,26 @@ type execMode struct {
 	over  bool // statements run in QueryExecModeExec
 }
 
-func newModalPool(pool *pgxpool.Pool) modalPool {
-	return modalPool{Pool: pool, def: pool.Config().ConnConfig.DefaultQueryExecMode, m: &execMode{}}
+func newModalPool(pool *pgxpool.Pool, cfg Config) modalPool {
+	cc := pool.Config().ConnConfig
+	return modalPool{Pool: pool, def: cc.DefaultQueryExecMode, m: &execMode{}, t: newTableRef(cfg, cc)}
 }
 
 // Exec is pgxpool.Pool.Exec in the store's exec mode.
 func (p modalPool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return p.Pool.Exec(ctx, sql, p.args(ctx, args)...)
+	tag, err := p.Pool.Exec(ctx, sql, p.args(ctx, args)...)
+	return tag, p.t.explain(sql, err)
 }
 
 // Query is pgxpool.Pool.Query in the store's exec mode.
 func (p modalPool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return p.Pool.Query(ctx, sql, p.args(ctx, args)...)
+	rows, err := p.Pool.Query(ctx, sql, p.args(ctx, args)...)
+	return explainedRows{Rows: rows, t: p.t, sql: sql}, p.t.explain(sql, err)
 }
 
 // QueryRow is pgxpool.Pool.QueryRow in the store's exec mode.
 func (p modalPool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return p.Pool.QueryRow(ctx, sql, p.args(ctx, args)...)
+	return explainedRow{row: p.Pool.QueryRow(ctx, sql, p.args(ctx, args)...), t: p.t, sql: sql}
 }
 
 // args returns args with the exec mode in front when the store overrides
@@ -138,12 +142,13 @@ type modalConn struct {
 
 // Query is pgxpool.Conn.Query in the store's exec mode.
 func (m modalConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return m.c.Query(ctx, sql, m.p.argsOn(ctx, m.c, args)...)
+	rows, err := m.c.Query(ctx, sql, m.p.argsOn(ctx, m.c, args)...)
+	return explainedRows{Rows: rows, t: m.p.t, sql: sql}, m.p.t.explain(sql, err)
 }
 
 // QueryRow is pgxpool.Conn.QueryRow in the store's exec mode.
 func (m modalConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return m.c.QueryRow(ctx, sql, m.p.argsOn(ctx, m.c, args)...)
+	return explainedRow{row: m.c.QueryRow(ctx, sql, m.p.argsOn(ctx, m.c, args)...), t: m.p.t, sql: sql}
 }
 
 // pollInterval is how often a waiting Acquire tries again when the store

@@ -10,7 +10,7 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestAcquireQueuesFIFO (issue 18): the Acquire calls of one name in one
+// TestAcquireQueuesFIFO: the Acquire calls of one name in one
 // store get the lease in the order they came, and a release wakes one of
 // them, not all: 16 waiters cost a bounded number of acquire statements
 // per hand-off, not one per waiter.

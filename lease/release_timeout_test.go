@@ -14,7 +14,7 @@ import (
 // A Release whose ctx ends while a keep-alive renewal of its lease is
 // stuck (here behind a table lock) does not leave the row kept alive for
 // good: the lease ends at once (ErrLost) and the release goes on in the
-// background once the renewal is over (found in review: the keep-alive
+// background once the renewal is over (before the fix: the keep-alive
 // resumed, and a caller that dropped the lease, as httplock does, leaked
 // the row until the process ended).
 func TestReleaseTimeoutDuringRenewal(t *testing.T) {
@@ -66,7 +66,7 @@ func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // The keep-alive's batched renewals are reported to Observer.Renew, as
-// its doc says (found in review: only Lease.Renew's were).
+// its doc says (before the fix, only Lease.Renew's were).
 func TestKeepAliveReportsRenew(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -33,7 +33,7 @@ func (c *sqlCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEnd
 // isRenewal reports whether sql renews leases (one or a batch).
 func isRenewal(sql string) bool { return strings.Contains(sql, "set renewed_at") }
 
-// TestKeepAliveBatched (issue 18): a store renews its kept-alive leases
+// TestKeepAliveBatched: a store renews its kept-alive leases
 // together, in one statement per round, not one per lease: 300 leases of
 // TTL 3 s (renewed every second) for three seconds cost a few statements,
 // not 900, and every lease stays held.

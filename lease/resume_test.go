@@ -8,11 +8,11 @@ import (
 	"github.com/pglocks/pglocks/lease"
 )
 
-// TestResumeLiveLease (second review, risks): Resume of an acquisition
+// TestResumeLiveLease: Resume of an acquisition
 // that this store holds as a live Lease returns that Lease, renewed — not
 // a second Lease of the same acquisition. Releasing it through either
 // reference then ends it for both, before another client can take the
-// name (found in review: the first Lease stayed trusted while another
+// name (before the fix: the first Lease stayed trusted while another
 // store held the name).
 func TestResumeLiveLease(t *testing.T) {
 	t.Parallel()

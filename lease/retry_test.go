@@ -18,7 +18,7 @@ import (
 	"github.com/pglocks/pglocks/lease"
 )
 
-// TestCloseRacesAcquisitions (review B6): acquisitions racing Store.Close
+// TestCloseRacesAcquisitions: acquisitions racing Store.Close
 // either return a live *Lease (whose row Close leaves held, as documented)
 // or an error — and then hold nothing: a row they took is released before
 // they return. 40 acquisitions per round, TTL 1 h, Close after 0–3 ms.
@@ -100,7 +100,7 @@ func closeRace(t *testing.T, b bundle, prefix string, cancelCallers bool) (got, 
 	return got, failed, leaked
 }
 
-// TestSerializableDatabase (review B13): with default_transaction_isolation
+// TestSerializableDatabase: with default_transaction_isolation
 // = serializable, racing acquisitions meet serialization failures; they are
 // retried, so 8 contenders doing Acquire + Release meet no error.
 func TestSerializableDatabase(t *testing.T) {
@@ -143,7 +143,7 @@ func TestSerializableDatabase(t *testing.T) {
 	}
 }
 
-// TestAcquireClosedPool (review B15): a closed pool is fatal at once; a
+// TestAcquireClosedPool: a closed pool is fatal at once; a
 // waiting Acquire does not retry it until its ctx ends.
 func TestAcquireClosedPool(t *testing.T) {
 	t.Parallel()
@@ -172,7 +172,7 @@ func TestAcquireClosedPool(t *testing.T) {
 	}
 }
 
-// TestAcquireFirstTryTransient (review "Likely" 4): a session that died
+// TestAcquireFirstTryTransient: a session that died
 // before Acquire's first try (here: its backend terminated while idle in
 // the pool) is retried like any later failure, not returned.
 func TestAcquireFirstTryTransient(t *testing.T) {

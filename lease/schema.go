@@ -80,8 +80,11 @@ end $$`,
 // Migrate creates the lease table (and its schema, if not public) when
 // missing. It is idempotent and safe to run from many processes at once:
 // it serializes on a transaction-scoped advisory lock. It needs the CREATE
-// privilege; everything else in this package needs only SELECT, INSERT and
-// UPDATE on the table. ctx bounds the whole migration.
+// privilege on the schema (and on the database, for a schema not yet made);
+// everything else in this package needs only USAGE on the schema and
+// SELECT, INSERT and UPDATE on the table. A role without it gets an error
+// wrapping [ErrNoPrivilege] that names the GRANT to run. ctx bounds the
+// whole migration.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -102,7 +105,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("lease: migrate %s.%s: %w", s.cfg.Schema, s.cfg.Table, err)
+		return fmt.Errorf("lease: migrate %s.%s: %w", s.cfg.Schema, s.cfg.Table, s.pool.t.explainMigrate(err))
 	}
 	return nil
 }

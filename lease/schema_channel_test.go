@@ -9,7 +9,7 @@ import (
 
 // Two lease tables of the same name in different schemas of one database
 // do not hear each other: a Break in tenant_a does not end tenant_b's
-// lease of the same name (found in review: the default channel was the
+// lease of the same name (before the fix, the default channel was the
 // table name alone, so tenant_a's loss notice ended tenant_b's lease).
 func TestSchemasDoNotShareLoss(t *testing.T) {
 	t.Parallel()

@@ -54,7 +54,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		pool:      newModalPool(pool),
+		pool:      newModalPool(pool, cfg),
 		cfg:       cfg,
 		q:         newQueries(cfg),
 		leases:    make(map[Handle]*Lease),

@@ -11,7 +11,7 @@ import (
 	"github.com/pglocks/pglocks/lease"
 )
 
-// TestHostnameCheckedAtNew (second review, risks): a Config.Hostname the
+// TestHostnameCheckedAtNew: a Config.Hostname the
 // server would refuse as text is refused by New, naming the field, not by
 // the first acquisition.
 func TestHostnameCheckedAtNew(t *testing.T) {
@@ -31,7 +31,7 @@ func TestHostnameCheckedAtNew(t *testing.T) {
 	}
 }
 
-// TestMetadataCheckedBeforeSending (second review, risks): metadata that
+// TestMetadataCheckedBeforeSending: metadata that
 // is JSON but that PostgreSQL's jsonb refuses is refused before any
 // statement, with an error naming WithMetadata that retrying cannot cure
 // (an elector's campaign gives up at once on it), and the name stays

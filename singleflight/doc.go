@@ -1,5 +1,5 @@
 // Package singleflight runs a function once across processes for concurrent
-// calls with the same key (seed 004's deduplication): the first caller
+// calls with the same key (deduplication of work): the first caller
 // takes the key's advisory lock, computes, and stores the result with a
 // TTL; the others wait on the lock and then read the stored result instead
 // of computing it again. Later calls read it until it expires.

@@ -44,7 +44,7 @@ type doResult struct {
 	err   error
 }
 
-// TestLostLockNotStored is the reviewer's r31 (C5): A's fn runs; A's lock
+// TestLostLockNotStored: A's fn runs; A's lock
 // session is terminated; B's Do takes the key and runs fn; A's fn returns
 // after B's has started. A's result must not be stored and A's Do must
 // say the lock was lost; B's result, computed under a lock held
@@ -91,17 +91,17 @@ func testLostLockNotStored(t *testing.T, cfgA advisory.Config) {
 		}
 	}
 	aDone, bDone := make(chan doResult, 1), make(chan doResult, 1)
-	go func() { v, from, err := gA.Do(ctx, "r31", fnA); aDone <- doResult{v, from, err} }()
+	go func() { v, from, err := gA.Do(ctx, "lost-lock", fnA); aDone <- doResult{v, from, err} }()
 	closed(t, "A's fn to start", aStarted)
 
-	holders, err := advisory.Holders(ctx, db.NewPool(t), pglocks.KeyOf("singleflight:r31"))
+	holders, err := advisory.Holders(ctx, db.NewPool(t), pglocks.KeyOf("singleflight:lost-lock"))
 	if err != nil || len(holders) != 1 || !holders[0].Granted {
 		t.Fatalf("holders of A's key = %+v, %v; want A's session alone", holders, err)
 	}
 	if err := db.Server.TerminateBackend(ctx, holders[0].PID); err != nil {
 		t.Fatal(err)
 	}
-	go func() { v, from, err := gB.Do(ctx, "r31", fnB); bDone <- doResult{v, from, err} }()
+	go func() { v, from, err := gB.Do(ctx, "lost-lock", fnB); bDone <- doResult{v, from, err} }()
 	closed(t, "B's fn to start", bStarted)
 
 	a := recv(t, "A's Do", aDone)
@@ -109,7 +109,7 @@ func testLostLockNotStored(t *testing.T, cfgA advisory.Config) {
 	if a.err == nil || !errors.Is(a.err, advisory.ErrLost) || !strings.Contains(a.err.Error(), "not stored") {
 		t.Errorf("A's Do = %q, %v, %v; want an error wrapping advisory.ErrLost that says the result was not stored", a.value, a.from, a.err)
 	}
-	if v, found, err := table.Get(ctx, "singleflight:r31"); err != nil || found {
+	if v, found, err := table.Get(ctx, "singleflight:lost-lock"); err != nil || found {
 		t.Errorf("stored while B computes = %q (found %v, err %v); want nothing: A's lock was lost while its fn ran", v, found, err)
 	}
 	close(release)
@@ -117,7 +117,7 @@ func testLostLockNotStored(t *testing.T, cfgA advisory.Config) {
 	if b.err != nil || string(b.value) != "B's result" || b.from != singleflight.Computed {
 		t.Errorf("B's Do = %q, %v, %v; want B's result, computed", b.value, b.from, b.err)
 	}
-	if v, found, err := table.Get(ctx, "singleflight:r31"); err != nil || !found || string(v) != "B's result" {
+	if v, found, err := table.Get(ctx, "singleflight:lost-lock"); err != nil || !found || string(v) != "B's result" {
 		t.Errorf("stored at the end = %q (found %v, err %v); want B's result", v, found, err)
 	}
 	if n := runs.Load(); n != 2 {

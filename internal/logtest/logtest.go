@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -96,4 +97,29 @@ func (r *Recorder) Wait(level slog.Level, msg string, d time.Duration) (rec Reco
 			return Record{}, false
 		}
 	}
+}
+
+// SetDefault makes a new Recorder the process's default logger
+// (slog.SetDefault) until t ends, then restores the one before, and
+// returns it. The default logger is global: call it only from a test that
+// does not run in parallel (no t.Parallel), so that no other test logs to
+// it meanwhile.
+func SetDefault(t testing.TB) *Recorder {
+	t.Helper()
+	rec, logger := New()
+	old := slog.Default()
+	slog.SetDefault(logger)
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return rec
+}
+
+// Below returns the records below level whose message starts with prefix.
+func (r *Recorder) Below(level slog.Level, prefix string) []Record {
+	var out []Record
+	for _, x := range r.Records() {
+		if x.Level < level && strings.HasPrefix(x.Msg, prefix) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(pgtest.WrapMain(m), goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
 }
 
-// TestGuardsInRealTransactions (second review, C6): the guards of a nil
+// TestGuardsInRealTransactions: the guards of a nil
 // Lease, a zero Lease and the zero Term, called with a live transaction —
 // of pgx and of database/sql (stdsql) — return an error and do not panic;
 // the zero Term's wraps lease.ErrNotHeld.

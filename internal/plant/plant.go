@@ -19,7 +19,7 @@ const (
 	// checking the lease, locally or on the server: a write fenced by a
 	// released or stale lease commits.
 	GuardSkipsCheck Bug = 1 << iota
-	// AsyncCommit brings back review finding B7: lease statements that
+	// AsyncCommit brings back a bug once fixed: lease statements that
 	// grant or extend ownership (acquire, renew, break; releases never
 	// wait for their flush) commit with synchronous_commit = off, so a server
 	// crash can lose an acquisition already answered, and hand its token

@@ -147,7 +147,7 @@ func checkListener(t *testing.T, db *pgtest.DB, dsn string, keeps bool) {
 	if keeps {
 		waitServer(t, db.Conn(t), "the waiter's interest lock", `select exists (select from pg_locks where locktype = 'advisory'
 			and database = (select oid from pg_database where datname = current_database()))`)
-	} else if _, ok := rec.Wait(slog.LevelInfo, "waiting Acquires poll", time.Minute); !ok {
+	} else if _, ok := rec.Wait(slog.LevelWarn, "waiting Acquires poll", time.Minute); !ok {
 		t.Fatalf("the store never said it polls; log: %v", rec.Records())
 	}
 	if err := holder.Release(ctx); err != nil {
@@ -194,10 +194,10 @@ func checkElector(t *testing.T, db *pgtest.DB, dsn string, keeps bool) {
 	if keeps { // Observe's own LISTEN, not the Locker's on its channel
 		waitServer(t, db.Conn(t), "Observe's LISTEN", `select exists (select from pg_stat_activity
 			where datname = current_database() and query = 'listen "`+leader.DefaultChannel+`"' and state = 'idle')`)
-		if _, ok := rec.Wait(slog.LevelInfo, "observe: the pool is behind a pooler", 0); ok {
+		if _, ok := rec.Wait(slog.LevelWarn, "observe: the pool is behind a pooler", 0); ok {
 			t.Fatal("Observe polls where sessions are kept")
 		}
-	} else if _, ok := rec.Wait(slog.LevelInfo, "observe: the pool is behind a pooler", time.Minute); !ok {
+	} else if _, ok := rec.Wait(slog.LevelWarn, "observe: the pool is behind a pooler", time.Minute); !ok {
 		t.Fatalf("Observe never said it polls; log: %v", rec.Records())
 	}
 	stop()

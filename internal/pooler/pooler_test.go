@@ -97,7 +97,7 @@ func TestProbeUnderTraffic(t *testing.T) {
 	}
 }
 
-// TestProbeRoundRobin is the second review's C1: a transaction-mode
+// TestProbeRoundRobin: a transaction-mode
 // PgBouncer that hands out its idle server sessions in turn
 // (server_round_robin = 1) with two of them. The first connection's
 // statement and the second's transaction alternated between the two in
