@@ -139,6 +139,19 @@ func awaitRoom(t testing.TB, pool *pgxpool.Pool, period, tolerance, room time.Du
 	return start
 }
 
+// awaitNext waits until the server's clock is in the window of the slot
+// after the current one, and returns that slot's start.
+func awaitNext(t testing.TB, pool *pgxpool.Pool, period, tolerance time.Duration) time.Time {
+	t.Helper()
+	now := serverNow(t, pool)
+	next := slotOf(now, period, tolerance).Add(period)
+	<-time.After(next.Add(-tolerance).Sub(now) + 10*time.Millisecond) // by the server clock
+	if got := slotOf(serverNow(t, pool), period, tolerance); !got.Equal(next) {
+		t.Fatalf("waited for slot %v, server is in %v", next, got)
+	}
+	return next
+}
+
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
