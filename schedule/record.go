@@ -102,6 +102,9 @@ type TakenError struct {
 
 // Error describes the run that took the slot.
 func (e *TakenError) Error() string {
+	if e == nil {
+		return "schedule: nil *TakenError"
+	}
 	return fmt.Sprintf("schedule: job %q slot %s: taken by token %d on %s (pid %d, owner %s), %s",
 		e.Job, e.Slot, e.By.Token, e.By.Hostname, e.By.PID, e.By.Owner, e.By.Outcome)
 }
