@@ -108,23 +108,13 @@ func TestSchedulers(t *testing.T) {
 	for _, name := range jobs {
 		executions[name] = new(atomic.Int64)
 	}
+	rec := func(name string, clock clockwork.Clock, locker *gocronlock.Locker) gocron.Locker {
+		return &recorder{replica: name, inner: locker, clock: clock, mu: &mu, events: &events, t: t}
+	}
 	var schedulers []gocron.Scheduler
 	var clocks []*clockwork.FakeClock
 	for i, skew := range skews {
-		name := fmt.Sprintf("replica-%d", i+1)
-		clock := clockwork.NewFakeClockAt(time.Now().Add(skew))
-		locker := newLocker(t, db, name, skew, schedule.Policy{Period: period, Tolerance: tolerance})
-		s, err := gocron.NewScheduler(gocron.WithClock(clock),
-			gocron.WithDistributedLocker(&recorder{replica: name, inner: locker, clock: clock, mu: &mu, events: &events, t: t}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, job := range jobs {
-			if _, err := s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() { executions[job].Add(1) }), gocron.WithName(job)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s.Start()
+		s, clock := newScheduler(t, db, fmt.Sprintf("replica-%d", i+1), skew, period, tolerance, jobs, executions, rec)
 		schedulers, clocks = append(schedulers, s), append(clocks, clock)
 	}
 	// The ticks: round k at the server's k-th slot boundary from base, plus
@@ -155,6 +145,27 @@ func TestSchedulers(t *testing.T) {
 		}
 	}
 	check(t, events, executions, jobs, rounds, period, tolerance)
+}
+
+// newScheduler starts a gocron scheduler whose clock is a fake one, skew
+// off, running jobs every period with a Locker of its own (wrapped by rec).
+func newScheduler(t *testing.T, db *pgtest.DB, name string, skew, period, tolerance time.Duration, jobs []string,
+	executions map[string]*atomic.Int64, rec func(string, clockwork.Clock, *gocronlock.Locker) gocron.Locker,
+) (gocron.Scheduler, *clockwork.FakeClock) {
+	t.Helper()
+	clock := clockwork.NewFakeClockAt(time.Now().Add(skew))
+	locker := newLocker(t, db, name, skew, schedule.Policy{Period: period, Tolerance: tolerance})
+	s, err := gocron.NewScheduler(gocron.WithClock(clock), gocron.WithDistributedLocker(rec(name, clock, locker)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range jobs {
+		if _, err := s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() { executions[job].Add(1) }), gocron.WithName(job)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Start()
+	return s, clock
 }
 
 // check asserts once per slot for every job and logs the figures.

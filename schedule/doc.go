@@ -21,7 +21,8 @@
 // floor((t + Tolerance) / Period) — slots aligned to multiples of Period
 // since the Unix epoch. A replica whose timer fires up to Tolerance early
 // or up to Period − Tolerance late lands on the intended slot, whatever its
-// own clock says (TestSkewedReplicas: clocks ±2 s apart with 200 ms slots).
+// own clock says (TestSkewedReplicas: five replicas whose clocks are ±2 s
+// apart, 250 ms slots, 208 slots each run exactly once).
 // StartSlot takes a slot key from the caller instead, such as a cron tick's
 // scheduled time. Policy.AtLeast (ShedLock's lockAtLeastFor) adds, or with
 // no Period is, the rule "not more often than every AtLeast": a run starts
@@ -42,10 +43,18 @@
 //     until the slot's window closes ([ErrBusy]);
 //  3. marks the run, in a transaction guarded by the lease
 //     (lease.Lease.Guard): the slot is checked again and, if free, a row
-//     "running" with the lease's token is inserted. Only the lease's holder
-//     can commit it, so no two runs of a slot are marked;
+//     "running" with the lease's token is inserted (older rows still
+//     running are marked crashed, and rows beyond Config.History pruned).
+//     Only the lease's holder can commit it, so no two runs of a slot are
+//     marked (TestSlotOnce: 20 Starts of one slot, one run);
 //
-// and the Run's End records how it ended, then releases the lease. The
+// and the Run's End records how it ended, then releases the lease. A
+// replica that finds the slot taken gets a [*TakenError] whose Record says
+// who has it: owner, token, host, start, end and outcome (TestSlotOnce,
+// TestFailedRunTakesSlot). The winner's Start costs six round trips (the
+// read, the acquire, and begin, guard, mark and commit) and End two (record
+// and release); a taken slot costs one read, or three while its run is
+// still going. The
 // lease is per job, not per slot: its token only grows across the job's
 // runs, so a resource that refuses lower tokens fences a stale run of any
 // earlier slot, and the lease table gains one row per job, not one per
@@ -95,7 +104,11 @@
 //     one read.
 //   - A run that outlasts its slot keeps the job, and Starts of the next
 //     slot wait for it; when it outlasts that slot's window too, the slot
-//     is not run (ErrBusy).
+//     is not run (ErrBusy; TestBusy).
+//   - Policy.AtLeast counts from the start of the last run, by the server
+//     clock (TestAtLeast); Policy.AtMost ends a run's lease at AtMost
+//     whatever the run does (TestAtMost), and a lost lease's guarded writes
+//     fail (TestBrokenRunIsFenced).
 //   - Once per slot means once started. A crashed run is not re-run by
 //     default, so its work may be incomplete; with RerunCrashed it may be
 //     done twice. Fence the job's writes with its lease (Run.Lease) so that

@@ -60,6 +60,13 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("Job(%q): %v", name, err)
 		}
 	}
+}
+
+// TestBadCalls: bad arguments to a Job's, Run's and Runner's methods give
+// errors naming them; so do a nil Runner and a nil Run.
+func TestBadCalls(t *testing.T) {
+	t.Parallel()
+	r := newReplica(t, pgtest.New(t), "r", 0)
 	ctx := ctxT(t)
 	job := r.job(t, "j", schedule.Policy{})
 	if _, err := job.Start(ctx); !errors.Is(err, schedule.ErrInvalid) || !strings.Contains(err.Error(), "neither Period nor AtLeast") {

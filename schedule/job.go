@@ -116,7 +116,7 @@ func (j *Job) start(ctx context.Context, key string) (*Run, error) {
 	}
 	run, err := j.mark(ctx, l, sl)
 	if err != nil {
-		rctx, cancel := detached(ctx, l.TTL())
+		rctx, cancel := detached(ctx, cleanupTimeout)
 		defer cancel()
 		_ = l.Release(rctx) // whatever its outcome, the lease ends (see lease.Lease.Release)
 		return nil, err

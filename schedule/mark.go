@@ -44,7 +44,7 @@ func (j *Job) markTx(ctx context.Context, l *lease.Lease, sl slot) (rec Record, 
 	}
 	defer func() {
 		if err != nil {
-			rctx, cancel := detached(ctx, l.TTL())
+			rctx, cancel := detached(ctx, cleanupTimeout)
 			defer cancel()
 			_ = tx.Rollback(rctx)
 		}

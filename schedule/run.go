@@ -87,7 +87,7 @@ func (r *Run) Context() context.Context {
 // the final record.
 //
 // End is cleanup: it runs on a context detached from ctx (its values
-// kept, its cancellation not), bounded by the lease's TTL and 30 s. If the
+// kept, its cancellation not), bounded by 30 s. If the
 // record's outcome is unknown, the run may stay recorded as running and
 // then counts as crashed (with RerunCrashed, the slot may run again); the
 // lease is released all the same (see lease.Lease.Release, which ends the
@@ -123,7 +123,7 @@ func (r *Run) end(ctx context.Context, o Outcome, runErr error) (Record, error) 
 	if errors.Is(r.lease.Err(), lease.ErrLost) {
 		o = Lost
 	}
-	ctx, cancel := detached(ctx, min(r.lease.TTL(), 30*time.Second))
+	ctx, cancel := detached(ctx, cleanupTimeout)
 	defer cancel()
 	rec, recErr := r.record(ctx, o, runErr)
 	r.final = rec

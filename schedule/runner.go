@@ -158,6 +158,10 @@ func (r *Runner) settle(ctx context.Context, rec Record) (Record, error) {
 	return again, nil
 }
 
+// cleanupTimeout bounds the statements that end a run or undo a start,
+// which run on a context detached from the caller's.
+const cleanupTimeout = 30 * time.Second
+
 // detached returns a context for cleanup after ctx: not cancelled with
 // it, bounded by d.
 func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
