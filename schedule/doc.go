@@ -102,6 +102,11 @@
 //     not run. Replicas whose clocks differ by more than Tolerance should
 //     tick more often than once per slot: every extra tick in a slot costs
 //     one read.
+//   - A Start that finds another replica starting the same slot (holding
+//     the job's lease for it) returns a TakenError at once. If that start
+//     then fails before it marks the slot — its process dies, its mark
+//     fails — the slot runs only if some replica starts it again within its
+//     window: like a run that crashed at once.
 //   - A run that outlasts its slot keeps the job, and Starts of the next
 //     slot wait for it; when it outlasts that slot's window too, the slot
 //     is not run (ErrBusy; TestBusy).

@@ -200,10 +200,7 @@ func (j *Job) acquire(ctx context.Context, sl slot) (*lease.Lease, error) {
 		return l, nil
 	}
 	if info, err := store.Get(ctx, j.lease); err == nil && info.Held && (sl.every || slotOfMeta(info.Metadata) == sl.key) {
-		return nil, &TakenError{Job: j.name, Slot: sl.key, At: sl.at, By: Record{
-			Job: j.name, Slot: slotOfMeta(info.Metadata), Owner: info.Owner, Token: info.Token,
-			Hostname: info.Hostname, PID: info.PID, Start: info.AcquiredAt, Outcome: Running,
-		}}
+		return nil, j.startedBy(ctx, sl, info)
 	}
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if !sl.closes.IsZero() {
@@ -219,6 +216,22 @@ func (j *Job) acquire(ctx context.Context, sl slot) (*lease.Lease, error) {
 		return nil, fmt.Errorf("schedule: job %q slot %s: %w", j.name, sl.key, err)
 	}
 	return l, nil
+}
+
+// startedBy returns the TakenError of a slot whose job another replica
+// holds to start that slot (info is its lease). If the slot has a run
+// already — the holder read it as free before that run, and will find it
+// taken — the error names that run instead.
+func (j *Job) startedBy(ctx context.Context, sl slot, info lease.Info) error {
+	q := j.r
+	rec, found, err := scanRecord(j.name, q.cfg.Pool.QueryRow(ctx, q.q.slot, q.args(j.name, sl.key, j.policy.AtLeast.Microseconds())...).Scan)
+	if err == nil && found && j.taken(rec) {
+		return j.takenBy(ctx, sl, rec)
+	}
+	return &TakenError{Job: j.name, Slot: sl.key, At: sl.at, By: Record{
+		Job: j.name, Slot: slotOfMeta(info.Metadata), Owner: info.Owner, Token: info.Token,
+		Hostname: info.Hostname, PID: info.PID, Start: info.AcquiredAt, Outcome: Running,
+	}}
 }
 
 // leaseMeta is the metadata of a run's lease: the slot it runs.

@@ -11,7 +11,7 @@ import (
 // casts, so that the statements run in any pgx exec mode, behind a pooler
 // too.
 type queries struct {
-	peek, mark, end, row, history string
+	peek, mark, end, row, slot, history string
 }
 
 // recordColumns are the columns of a run, as scanRecord reads them.
@@ -21,10 +21,12 @@ func newQueries(cfg Config) queries {
 	r := strings.NewReplacer("{T}", pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize(), "{COLS}", recordColumns,
 		"{US}", "* interval '1 microsecond'")
 	return queries{
-		peek:    r.Replace(peekSQL),
-		mark:    r.Replace(markSQL),
-		end:     r.Replace(endSQL),
-		row:     r.Replace(`select {COLS} from {T} where job = $1::text and token = $2::bigint`),
+		peek: r.Replace(peekSQL),
+		mark: r.Replace(markSQL),
+		end:  r.Replace(endSQL),
+		row:  r.Replace(`select {COLS} from {T} where job = $1::text and token = $2::bigint`),
+		slot: r.Replace(`select {COLS} from {T} where job = $1::text and (slot = $2::text
+	or ($3::bigint > 0 and started_at > clock_timestamp() - $3::bigint {US})) order by token desc limit 1`),
 		history: r.Replace(historySQL),
 	}
 }

@@ -34,7 +34,7 @@ func TestOncePerSlot(t *testing.T) {
 		}
 		runs[a.Slot] = append(runs[a.Slot], a)
 	}
-	slices.Sort(slots)
+	slices.SortFunc(slots, byTime) // RFC 3339 keys drop trailing zeros: not in order as text
 	if len(slots) < 22 {
 		t.Fatalf("ticks reached %d slots, want at least 22", len(slots))
 	}
@@ -62,4 +62,11 @@ func TestOncePerSlot(t *testing.T) {
 		}
 	}
 	t.Logf("%d slots run once each, %d ticks of %d replicas", len(inner), len(attempts), len(skews))
+}
+
+// byTime orders slot keys, RFC 3339 times, by time.
+func byTime(a, b string) int {
+	ta, _ := time.Parse(time.RFC3339Nano, a)
+	tb, _ := time.Parse(time.RFC3339Nano, b)
+	return ta.Compare(tb)
 }
