@@ -120,7 +120,6 @@
 //     a stale run's writes are refused.
 //   - The run table remembers Config.History runs per job: an explicit slot
 //     key older than the job's last History runs can be run again.
-//   - The server's clock decides: if it is stepped back, slots repeat by
-//     their key only if the table still has them; a slot's key is its
-//     start.
+//   - The server's clock decides. Stepped back, it brings a slot round
+//     again: that slot is found taken while the run table keeps its run.
 package schedule
