@@ -1,15 +1,24 @@
-// Command cron shows a scheduled job that runs on one replica only: every
-// replica runs the same schedule, and at each tick each tries the lease
-// "cron:nightly-report". The one that gets it runs the job, renewing the lease
-// in the background while the job outlasts its TTL; the others skip the tick.
-// If the runner dies, its lease expires after one short TTL and the next tick
-// runs elsewhere.
+// Command cron shows a scheduled job that runs once per slot across
+// replicas whose clocks disagree. Every replica runs the same schedule — a
+// tick every 400 ms by its own clock, as a crontab line or a ticker would —
+// and at each tick asks package schedule to run the job "nightly-report".
+// The slot is decided by the database server's clock, with a tolerance for
+// ticks that come a little early: the replica that asks first runs the
+// slot, and the others learn who did, without running it. Nothing makes
+// the replicas wait for each other.
 //
 //	go run ./examples/cron
 //
-// The replicas are goroutines with a pool and a [lease.Store] each, as
-// separate processes would have. With DATABASE_URL unset it runs on a
-// throwaway PostgreSQL.
+// The replicas' clocks are set seconds apart, several slots: a lock keyed
+// by the replica's own clock would run the job more than once per slot
+// here, and a lock released when the short job ends would let a late
+// replica run it again. At the end the job's history is printed: slot,
+// replica, token, outcome.
+//
+// The replicas are goroutines with a pool, a [lease.Store] and a
+// [schedule.Runner] each, as separate processes would have. With
+// DATABASE_URL unset it runs on a throwaway PostgreSQL; with it set, it
+// creates its tables there (lease and run tables) and leaves them.
 package main
 
 import (
@@ -24,119 +33,197 @@ import (
 
 	"github.com/pglocks/pglocks/examples/internal/exampledb"
 	"github.com/pglocks/pglocks/lease"
+	"github.com/pglocks/pglocks/schedule"
 )
 
 const (
-	job      = "cron:nightly-report"
-	replicas = 3
-	ticks    = 2
-	// ttl is far shorter than the job: the keep-alive must renew.
-	ttl     = 750 * time.Millisecond
-	jobTime = 1800 * time.Millisecond
+	job       = "nightly-report"
+	period    = 400 * time.Millisecond
+	tolerance = 120 * time.Millisecond
+	ticks     = 24
+	jobTime   = 30 * time.Millisecond // far shorter than the clocks' skew
 )
+
+// skews are the replicas' clock errors: their ticks reach the server 100 ms
+// late, 60 ms early and 50 ms late in each slot.
+var skews = []time.Duration{-1300 * time.Millisecond, 1260 * time.Millisecond, 1950 * time.Millisecond}
 
 func main() { exampledb.Main(run) }
 
 // replica is one instance of the service.
 type replica struct {
-	name  string
-	pool  *pgxpool.Pool
-	store *lease.Store
+	name string
+	skew time.Duration
+	pool *pgxpool.Pool
+	job  *schedule.Job
 }
+
+// now is the replica's own clock.
+func (r *replica) now() time.Time { return time.Now().Add(r.skew) }
 
 // attempt is what one replica did at one tick.
 type attempt struct {
 	Replica string
+	Slot    string // by the server's clock
 	Ran     bool
-	Token   int64         // of the lease the job ran under
-	Took    time.Duration // how long the job ran
+	Token   int64 // of the run that has the slot
 }
 
-// tick runs the job if no other replica is running it. Reporting to tried
-// once it has tried lets the demo hold the job until every replica has.
-func (r *replica) tick(ctx context.Context, out io.Writer, tried *sync.WaitGroup) (attempt, error) {
-	a := attempt{Replica: r.name}
-	l, err := r.store.TryAcquire(ctx, job, ttl, lease.WithKeepAlive())
-	tried.Done()
-	var held *lease.HeldError
-	if errors.As(err, &held) {
-		fmt.Fprintf(out, "  %s: skip, running elsewhere (token %d, %v left)\n",
-			r.name, held.Token, held.ExpiresIn.Round(time.Millisecond))
-		return a, nil
-	}
-	if err != nil {
-		return a, err
-	}
-	defer l.Release(context.WithoutCancel(ctx))
-	fmt.Fprintf(out, "  %s: running the job under lease token %d\n", r.name, l.Token())
-
-	// The job runs under the lease's context: it stops if the lease is lost.
-	start := time.Now()
-	if err := report(l.Context()); err != nil {
-		return a, fmt.Errorf("%s: job: %w", r.name, err)
-	}
-	tried.Wait()
-	a.Ran, a.Token, a.Took = true, l.Token(), time.Since(start)
-	fmt.Fprintf(out, "  %s: done in %v, %.1f TTLs: the keep-alive renewed the lease\n",
-		r.name, a.Took.Round(time.Millisecond), float64(a.Took)/float64(ttl))
-	return a, nil
-}
-
-// report is the job: a few steps of work, each abandoned if ctx ends.
-func report(ctx context.Context) error {
-	for range 4 {
-		select {
-		case <-time.After(jobTime / 4): // ... one step of work ...
-		case <-ctx.Done():
-			return context.Cause(ctx)
+// run starts the replicas, lets them tick for the length of the schedule
+// and prints the job's history.
+func run(ctx context.Context, dsn string, out io.Writer) (attempts []attempt, err error) {
+	var rs []*replica
+	var stores []*lease.Store
+	defer func() {
+		for i, s := range stores {
+			err = errors.Join(err, s.Close(context.WithoutCancel(ctx)))
+			rs[i].pool.Close()
 		}
+	}()
+	var runner *schedule.Runner
+	for i, skew := range skews {
+		r := &replica{name: fmt.Sprintf("replica-%d", i+1), skew: skew}
+		if r.pool, err = pgxpool.New(ctx, dsn); err != nil {
+			return nil, err
+		}
+		store, err := lease.New(r.pool, lease.Config{Hostname: r.name, Now: r.now})
+		if err != nil {
+			r.pool.Close()
+			return nil, err
+		}
+		rs, stores = append(rs, r), append(stores, store)
+		if runner, err = schedule.New(schedule.Config{Store: store, Pool: r.pool}); err != nil {
+			return nil, err
+		}
+		if r.job, err = runner.Job(job, schedule.Policy{Period: period, Tolerance: tolerance}); err != nil {
+			return nil, err
+		}
+	}
+	if err := runner.Migrate(ctx); err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintf(out, "%d replicas tick every %v by their own clocks (off by %v), job %q: one run per %v slot of the server's clock\n",
+		len(rs), period, skews, job, period)
+	out = &lockedWriter{w: out}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	stop := time.After(ticks * period)
+	done := make(chan struct{})
+	for _, r := range rs {
+		wg.Go(func() {
+			for a := range r.ticks(ctx, out, done) {
+				mu.Lock()
+				attempts = append(attempts, a)
+				mu.Unlock()
+			}
+		})
+	}
+	<-stop
+	close(done)
+	wg.Wait()
+	summary(out, attempts)
+	return attempts, history(ctx, out, runner)
+}
+
+// summary prints how many slots the ticks reached and how often each ran.
+func summary(out io.Writer, attempts []attempt) {
+	runs := map[string]int{}
+	byReplica := map[string]int{}
+	for _, a := range attempts {
+		runs[a.Slot] += 0
+		if a.Ran {
+			runs[a.Slot]++
+			byReplica[a.Replica]++
+		}
+	}
+	once := 0
+	for _, n := range runs {
+		if n == 1 {
+			once++
+		}
+	}
+	fmt.Fprintf(out, "%d ticks reached %d slots, %d of them run exactly once; runs by replica: %v\n",
+		len(attempts), len(runs), once, byReplica)
+}
+
+// ticks runs the replica's schedule until done is closed: at each multiple
+// of the period on its own clock, it asks for the slot of that moment.
+func (r *replica) ticks(ctx context.Context, out io.Writer, done <-chan struct{}) <-chan attempt {
+	ch := make(chan attempt)
+	go func() {
+		defer close(ch)
+		for {
+			own := r.now()
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(own.Truncate(period).Add(period).Sub(own)):
+			}
+			if a, ok := r.tick(ctx, out); ok {
+				ch <- a
+			}
+		}
+	}()
+	return ch
+}
+
+// tick runs the job if the server's current slot has not been run.
+func (r *replica) tick(ctx context.Context, out io.Writer) (attempt, bool) {
+	own := r.now().Format("15:04:05.000")
+	rec, err := r.job.Do(ctx, report)
+	var taken *schedule.TakenError
+	switch {
+	case errors.As(err, &taken):
+		fmt.Fprintf(out, "  %s (own clock %s): slot %s taken by %s (token %d, %s)\n",
+			r.name, own, clock(taken.Slot), taken.By.Hostname, taken.By.Token, taken.By.Outcome)
+		return attempt{Replica: r.name, Slot: taken.Slot, Token: taken.By.Token}, true
+	case err != nil:
+		fmt.Fprintf(out, "  %s: %v\n", r.name, err)
+		return attempt{}, false
+	}
+	fmt.Fprintf(out, "  %s (own clock %s): slot %s RAN the job (token %d, %v)\n",
+		r.name, own, clock(rec.Slot), rec.Token, rec.End.Sub(rec.Start).Round(time.Millisecond))
+	return attempt{Replica: r.name, Slot: rec.Slot, Ran: true, Token: rec.Token}, true
+}
+
+// report is the job: a short piece of work, abandoned if ctx ends (the
+// run's lease lost). A job that writes to the database would guard its
+// transaction with run.Lease().Guard.
+func report(ctx context.Context, run *schedule.Run) error {
+	select {
+	case <-time.After(jobTime):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// history prints the job's last runs, as the run table keeps them.
+func history(ctx context.Context, out io.Writer, runner *schedule.Runner) error {
+	recs, err := runner.History(ctx, job, 10)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "the job's last %d runs (server clock; a run started before its slot was a tick up to %v early):\n", len(recs), tolerance)
+	for _, rec := range recs {
+		fmt.Fprintf(out, "  slot %s  %-10s token %-3d %-9s started %s, took %v\n", clock(rec.Slot), rec.Hostname,
+			rec.Token, rec.Outcome, rec.Start.UTC().Format("15:04:05.000"), rec.End.Sub(rec.Start).Round(time.Millisecond))
 	}
 	return nil
 }
 
-// run starts the replicas and fires their schedule: at each tick, all at once.
-func run(ctx context.Context, dsn string, out io.Writer) (attempts [][]attempt, err error) {
-	var rs []*replica
-	defer func() {
-		for _, r := range rs {
-			_ = r.store.Close(context.WithoutCancel(ctx))
-			r.pool.Close()
-		}
-	}()
-	for i := 1; i <= replicas; i++ {
-		pool, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			return nil, err
-		}
-		store, err := lease.New(pool, lease.Config{})
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		rs = append(rs, &replica{name: fmt.Sprintf("replica-%d", i), pool: pool, store: store})
+// clock shows a slot's key, an RFC 3339 time, as a time of day (UTC).
+func clock(slot string) string {
+	t, err := time.Parse(time.RFC3339Nano, slot)
+	if err != nil {
+		return slot
 	}
-	if err := rs[0].store.Migrate(ctx); err != nil {
-		return nil, err
-	}
-
-	fmt.Fprintf(out, "%d replicas run job %q on the same schedule (lease TTL %v, job %v)\n", replicas, job, ttl, jobTime)
-	out = &lockedWriter{w: out}
-	for n := 1; n <= ticks; n++ {
-		fmt.Fprintf(out, "tick %d:\n", n)
-		var tried, done sync.WaitGroup
-		tried.Add(len(rs))
-		results := make([]attempt, len(rs))
-		errs := make([]error, len(rs))
-		for i, r := range rs {
-			done.Go(func() { results[i], errs[i] = r.tick(ctx, out, &tried) })
-		}
-		done.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return attempts, err
-		}
-		attempts = append(attempts, results)
-	}
-	return attempts, nil
+	return t.Format("15:04:05.000")
 }
 
 // lockedWriter serializes the replicas' writes to one writer.

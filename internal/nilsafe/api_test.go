@@ -13,12 +13,14 @@ import (
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/gocronleader"
+	"github.com/pglocks/pglocks/gocronlock"
 	"github.com/pglocks/pglocks/gooselock"
 	"github.com/pglocks/pglocks/health"
 	"github.com/pglocks/pglocks/httplock"
 	"github.com/pglocks/pglocks/leader"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/otelpglocks"
+	"github.com/pglocks/pglocks/schedule"
 	"github.com/pglocks/pglocks/singleflight"
 	"github.com/pglocks/pglocks/stdsql"
 )
@@ -39,6 +41,8 @@ var packages = map[string]string{
 	"otelpglocks":  "../../otelpglocks",
 	"gooselock":    "../../gooselock",
 	"gocronleader": "../../gocronleader",
+	"schedule":     "../../schedule",
+	"gocronlock":   "../../gocronlock",
 }
 
 // types are the exported types of the packages.
@@ -86,6 +90,16 @@ var types = map[string]reflect.Type{
 	"otelpglocks.Option":    reflect.TypeFor[otelpglocks.Option](),
 	"gooselock.Locker":      reflect.TypeFor[gooselock.Locker](),
 	"gocronleader.Elector":  reflect.TypeFor[gocronleader.Elector](),
+	"schedule.Config":       reflect.TypeFor[schedule.Config](),
+	"schedule.Job":          reflect.TypeFor[schedule.Job](),
+	"schedule.Outcome":      reflect.TypeFor[schedule.Outcome](),
+	"schedule.Policy":       reflect.TypeFor[schedule.Policy](),
+	"schedule.Record":       reflect.TypeFor[schedule.Record](),
+	"schedule.Run":          reflect.TypeFor[schedule.Run](),
+	"schedule.Runner":       reflect.TypeFor[schedule.Runner](),
+	"schedule.TakenError":   reflect.TypeFor[schedule.TakenError](),
+	"gocronlock.Locker":     reflect.TypeFor[gocronlock.Locker](),
+	"gocronlock.Lock":       reflect.TypeFor[gocronlock.Lock](),
 }
 
 // funcs are the exported functions of the packages.
@@ -132,14 +146,19 @@ var funcs = map[string]any{
 	"otelpglocks.WithAttributes":    otelpglocks.WithAttributes,
 	"otelpglocks.WithMeterProvider": otelpglocks.WithMeterProvider,
 	"otelpglocks.WithNames":         otelpglocks.WithNames,
+	"schedule.New":                  schedule.New,
+	"schedule.SchemaSQL":            schedule.SchemaSQL,
+	"gocronlock.New":                gocronlock.New,
 }
 
 // okNil excuses a nil error where zero input is valid, with the reason.
 var okNil = map[string]string{
-	"(nil httplock.BusyError).Unwrap":  "Unwrap of nothing is nil, as errors.Unwrap says",
-	"(zero httplock.BusyError).Unwrap": "Unwrap of nothing is nil, as errors.Unwrap says",
-	"lease.SchemaSQL(zero arguments)":  "the zero Config is the default table's",
-	"otelpglocks.New(zero arguments)":  "no options: the global MeterProvider",
+	"(nil httplock.BusyError).Unwrap":    "Unwrap of nothing is nil, as errors.Unwrap says",
+	"(zero httplock.BusyError).Unwrap":   "Unwrap of nothing is nil, as errors.Unwrap says",
+	"lease.SchemaSQL(zero arguments)":    "the zero Config is the default table's",
+	"otelpglocks.New(zero arguments)":    "no options: the global MeterProvider",
+	"schedule.SchemaSQL(zero arguments)": "the zero Config is the default table's",
+	"(zero schedule.Policy).Validate":    "the zero Policy is valid (for explicit slot keys)",
 }
 
 // skipped types are left out of TestMethods, with the reason.
