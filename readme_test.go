@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/pglocks/pglocks/leader"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
+	"github.com/pglocks/pglocks/schedule"
 )
 
 // The README's snippets, each verbatim as the body of a function; the
@@ -81,6 +83,25 @@ func readmeLeader(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
+func readmeSchedule(ctx context.Context, pool *pgxpool.Pool, store *lease.Store) error {
+	runner, err := schedule.New(schedule.Config{Store: store, Pool: pool}) // runner.Migrate(ctx) once
+	if err != nil {
+		return err
+	}
+	job, err := runner.Job("nightly-report", schedule.Policy{Period: 24 * time.Hour})
+	if err != nil {
+		return err
+	}
+	_, err = job.Do(ctx, func(ctx context.Context, run *schedule.Run) error {
+		return report(ctx, run.Lease()) // guard its writes with run.Lease().Guard
+	})
+	var taken *schedule.TakenError
+	if errors.As(err, &taken) {
+		return nil // this slot ran elsewhere: taken.By says where, when and how it ended
+	}
+	return err
+}
+
 // readme:end
 
 // The user's own code, as the snippets call it.
@@ -90,6 +111,10 @@ var (
 )
 
 func importBatch(_ context.Context, n int) error { imported <- n; return nil }
+
+var reports atomic.Int32
+
+func report(context.Context, *lease.Lease) error { reports.Add(1); return nil }
 
 // TestReadmeSnippets: every go block of README.md is, line for line, the
 // body of one of the functions above, which the other tests run.
@@ -215,5 +240,36 @@ func TestReadmeLeader(t *testing.T) {
 		t.Logf("led in term %d", n)
 	default:
 		t.Fatal("never led")
+	}
+}
+
+// TestReadmeSchedule runs the schedule snippet from three replicas: the
+// slot runs once, the others take the busy path.
+func TestReadmeSchedule(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	for i := range 3 {
+		pool := db.NewPool(t)
+		store, err := lease.New(pool, lease.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close(ctx)
+		if i == 0 {
+			runner, err := schedule.New(schedule.Config{Store: store, Pool: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := runner.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := readmeSchedule(ctx, pool, store); err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+	}
+	if n := reports.Load(); n != 1 {
+		t.Fatalf("the nightly report ran %d times, want once", n)
 	}
 }
