@@ -73,7 +73,7 @@ func readmeLease(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 func readmeLeader(ctx context.Context, pool *pgxpool.Pool) error {
-	e, err := leader.New(leader.Config{Name: "scheduler", Pool: pool})
+	e, err := leader.New(leader.Config{Name: "scheduler", Pool: pool}) // needs the lease table: store.Migrate or pglocks migrate
 	if err != nil {
 		return err
 	}
