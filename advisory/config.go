@@ -160,10 +160,18 @@ type Config struct {
 	// elapsed, held and err: Debug for acquisitions, busy keys and
 	// releases (routine contention), Warn for failed acquire calls and
 	// lost locks. Default: discard.
+	//
+	// The Logger and the Observer are called with none of the locker's
+	// locks held, one event at a time in order, from the goroutine of the
+	// call that caused the event (TryLock, Unlock, …) or from one of the
+	// locker's own, which Close waits for: one that blocks delays other
+	// events and that call, never the pings that keep the locks.
 	Logger *slog.Logger
 
 	// Observer receives the locker's events for metrics (see
-	// [pglocks.Observer] and package otelpglocks). Default: none.
+	// [pglocks.Observer] and package otelpglocks), as Logger does. An
+	// event may reach it after the call that caused it returned. Default:
+	// none.
 	Observer *pglocks.Observer
 }
 
