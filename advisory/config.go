@@ -76,10 +76,15 @@ const (
 // partitioned holder behind such a pooler keeps its locks until the pooler
 // drops the client (PgBouncer: its client TCP keepalive, about two hours
 // with the OS defaults). A healthy session is never idle that long: one
-// holding locks is pinged every PingInterval (and PingInterval +
-// QueryTimeout < TCPUserTimeout), one holding none every TCPUserTimeout/2.
-// A holder whose process cannot run for TCPUserTimeout (SIGSTOP, a frozen
-// VM) loses its locks too; it announces it when it runs again.
+// holding locks is pinged at least every min(PingInterval,
+// TCPUserTimeout/2), one holding none every TCPUserTimeout/2, so the
+// server hears from it at least every TCPUserTimeout/2 (plus a round
+// trip). That is the margin of a holder that stops sending for a while
+// (a GC pause, an overloaded machine, a stalled scheduler): a stall
+// shorter than TCPUserTimeout/2 costs no lock; one longer than
+// TCPUserTimeout, or a process that cannot run that long (SIGSTOP, a
+// frozen VM), costs the locks — the holder announces it when it runs
+// again (TestPingCadence).
 //
 // Every interval has a lower bound ([MinPingInterval] and so on, stated
 // on each field); [New] refuses a smaller non-zero value.
@@ -116,10 +121,11 @@ type Config struct {
 	// PingInterval is how often a dedicated session that holds locks and is
 	// otherwise idle is checked with one round trip (a bare protocol Sync):
 	// at most PingInterval (plus a round trip) after its last statement or
-	// check. A failed check announces the loss of its locks, so this bounds
-	// how late the loss of a killed session is noticed; the checks also
-	// keep the session from the server's idle bound (TCPUserTimeout).
-	// Default: 200ms. Minimum: 10ms.
+	// check, and at most TCPUserTimeout/2 after it when that is shorter. A
+	// failed check announces the loss of its locks, so this bounds how late
+	// the loss of a killed session is noticed; the checks also keep the
+	// session from the server's idle bound (TCPUserTimeout), with a margin
+	// of TCPUserTimeout/2 at least. Default: 200ms. Minimum: 10ms.
 	PingInterval time.Duration
 
 	// QueryTimeout bounds every statement on a dedicated session (try,
@@ -174,6 +180,12 @@ type Config struct {
 	// none.
 	Observer *pglocks.Observer
 }
+
+// pingEvery is the longest a session holding locks goes without a round
+// trip: PingInterval, or TCPUserTimeout/2 when that is shorter, so that the
+// server's idle bound (idle_session_timeout = TCPUserTimeout) leaves a
+// healthy holder a margin of TCPUserTimeout/2 at least.
+func (c Config) pingEvery() time.Duration { return min(c.PingInterval, c.TCPUserTimeout/2) }
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {

@@ -86,9 +86,13 @@
 // idle_session_timeout is 0 too). If the server or a pooler refuses any of
 // these settings, the connection is not used: opening it fails with the
 // server's error. An idle session holding locks is pinged at least every
-// PingInterval, so its death is announced within about PingInterval +
-// QueryTimeout; one holding none every TCPUserTimeout/2, so that the
-// server's idle bound does not end it (TestHealthyIdleHolderKept).
+// PingInterval (every TCPUserTimeout/2 if that is shorter), so its death
+// is announced within about PingInterval + QueryTimeout; one holding none
+// every TCPUserTimeout/2. So the server hears from every healthy session
+// at least every TCPUserTimeout/2, and its idle bound (TCPUserTimeout)
+// leaves a holder whose process stalls — a GC pause, an overloaded
+// machine — TCPUserTimeout/2 at least before its locks are freed
+// (TestPingCadence, TestHealthyIdleHolderKept).
 //
 // Session locks are re-entrant per session in PostgreSQL; the Locker
 // excludes its own holders from each other (exclusive and shared alike), so
@@ -244,8 +248,9 @@
 // advisory lock is not replicated), a terminated backend or a network
 // failure. The Locker announces that, but a holder that is paused (GC,
 // SIGSTOP) cannot be stopped from acting after the server freed its lock —
-// which it does once the pause outlasts Config.TCPUserTimeout (the lock
-// sessions' idle_session_timeout): code that writes must also be fenced
+// which it may do once the pause outlasts Config.TCPUserTimeout/2, and does
+// once it outlasts TCPUserTimeout (the lock sessions'
+// idle_session_timeout): code that writes must also be fenced
 // (see the lease package). Between a network partition and the server
 // dropping the session, neither side can take the lock; Config's timing
 // rule makes the holder give up first. Behind a session-mode pooler on

@@ -109,15 +109,16 @@ func (s *session) runDirect(ctx context.Context, r *request) (bool, error) {
 
 // run is the worker: it runs queued requests, pings when idle (see
 // pingDue), and on Close releases everything and closes the connection.
-// Its ticker runs at PingInterval/2, so that an idle session holding locks
-// sends a ping at most PingInterval (plus a round trip) after its last
-// statement or ping. It never runs user code: the events it produces are
+// Its ticker runs at Config.pingEvery()/2, so that an idle session holding
+// locks sends a ping at most pingEvery (PingInterval, or TCPUserTimeout/2
+// if shorter; plus a round trip) after its last statement or ping. It
+// never runs user code: the events it produces are
 // delivered by a goroutine of their own (see [events]), so a callback that
 // blocks cannot stop the pings.
 func (s *session) run() {
 	defer s.l.wg.Done()
 	defer s.l.deliverAsync()
-	tick := time.NewTicker(s.l.cfg.PingInterval / 2)
+	tick := time.NewTicker(s.l.cfg.pingEvery() / 2)
 	defer tick.Stop()
 	for {
 		var alive bool
@@ -200,19 +201,22 @@ func (s *session) isDead() bool {
 	}
 }
 
-// pingDue reports whether the idle session is due a ping: one that holds
-// locks half a PingInterval after its last use, so that its death is
-// noticed within PingInterval + QueryTimeout; one that holds none half a
-// TCPUserTimeout after, only so that the server's idle_session_timeout
-// (TCPUserTimeout, see [Locker.sessionSettings]) does not end it. Either
-// way the server hears from a healthy session well within its idle bound.
-// s.mu must be held.
+// pingDue reports whether the idle session is due a ping. The worker looks
+// every pingEvery/2, so a ping goes out at most pingEvery/2 after it is
+// due: one that holds locks is due pingEvery/2 after its last use, so that
+// its death is noticed within pingEvery + QueryTimeout; one that holds
+// none TCPUserTimeout/2 − pingEvery/2 after, only so that the server's
+// idle_session_timeout (TCPUserTimeout, see [Locker.sessionSettings]) does
+// not end it. Either way the server hears from a healthy session at least
+// every TCPUserTimeout/2 (plus a round trip): half its idle bound is left
+// for a stall of the client. s.mu must be held.
 func (s *session) pingDue() bool {
-	every := s.l.cfg.TCPUserTimeout / 2
+	half := s.l.cfg.pingEvery() / 2
+	due := s.l.cfg.TCPUserTimeout/2 - half
 	if s.holding() {
-		every = s.l.cfg.PingInterval / 2
+		due = half
 	}
-	return time.Since(s.lastUse) >= every
+	return time.Since(s.lastUse) >= due
 }
 
 // holding reports whether the session holds locks. It takes no lock.
