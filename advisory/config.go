@@ -155,10 +155,11 @@ type Config struct {
 	// TCPUserTimeout sets the server's tcp_user_timeout for each dedicated
 	// session: how long sent data may stay unacknowledged before the server
 	// drops the connection. On PostgreSQL 14 and later it is also the
-	// idle_session_timeout of each session that holds locks (not of the
-	// LISTEN connection): the server ends a session it has heard nothing
-	// from for that long, which frees a partitioned holder's locks behind a
-	// session-mode pooler too. Default: 10s. Minimum: more than
+	// idle_session_timeout of each dedicated session and of the LISTEN
+	// connection: the server ends a session it has heard nothing from for
+	// that long, which frees a partitioned holder's locks behind a
+	// session-mode pooler too (a healthy one sends a round trip every
+	// TCPUserTimeout/2 at least). Default: 10s. Minimum: more than
 	// PingInterval + QueryTimeout (the timing rule), in whole milliseconds.
 	TCPUserTimeout time.Duration
 

@@ -200,13 +200,15 @@ func healthyIdleHolderKept(t *testing.T, pooled bool) {
 }
 
 // listenerPID waits for the LISTEN connection of a Locker with one
-// session, session (the other backend of app), and returns its pid.
+// session, session (the other backend of app), to listen, and returns its
+// pid.
 func listenerPID(t *testing.T, ctx context.Context, b *bundle, app string, session uint32) int32 {
 	t.Helper()
 	var pid int32
 	waitFor(t, "the LISTEN connection", 10*time.Second, func() bool {
 		err := b.pool.QueryRow(ctx, `select pid from pg_stat_activity
-			where application_name = $1 and pid <> $2`, app, int32(session)).Scan(&pid)
+			where application_name = $1 and pid <> $2 and (query ilike 'listen %' or query = '-- ping')`,
+			app, int32(session)).Scan(&pid)
 		return err == nil
 	})
 	return pid
