@@ -91,6 +91,11 @@ func blockedCallbackKeepsLocks(t *testing.T, cfg advisory.Config, block chan str
 		t.Fatalf("A was lost while a callback blocked: %v", a.Err())
 	default:
 	}
+	// The pings went on: the session was last answered a ping ago, not
+	// when the callback began.
+	if age := time.Since(a.VerifiedAt()); age > time.Second {
+		t.Errorf("A's session was last verified %v ago, %v into the blocked callback: its pings stopped", age.Round(time.Millisecond), watch)
+	}
 	if err := a.Verify(ctx); err != nil {
 		t.Fatalf("A after %v of a blocked callback: %v", watch, err)
 	}
