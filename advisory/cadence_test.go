@@ -12,7 +12,7 @@ import (
 	"github.com/pglocks/pglocks/advisory"
 )
 
-// TestPingCadence (review R2): the server ends a lock session it has not
+// TestPingCadence: the server ends a lock session it has not
 // heard from for TCPUserTimeout (idle_session_timeout), so the gap between
 // two messages of an idle, healthy holder is all the margin a stall of the
 // holder (GC, a busy machine, a slow scheduler) has before the server frees

@@ -12,7 +12,7 @@ import (
 	"github.com/pglocks/pglocks/advisory"
 )
 
-// TestBlockedCallbackKeepsLocks (review R1): a user callback that blocks —
+// TestBlockedCallbackKeepsLocks: a user callback that blocks —
 // an Observer.End or a Logger handler that never returns while it reports
 // the unlock of one lock — must not stop the pings of the session that
 // holds another: else the server's idle bound for lock sessions

@@ -8,7 +8,7 @@ import (
 	"github.com/pglocks/pglocks/advisory"
 )
 
-// TestPartitionedListenerEnds (review R4): the Locker's LISTEN connection
+// TestPartitionedListenerEnds: the Locker's LISTEN connection
 // holds no lock, but behind a session-mode PgBouncer a client cut off from
 // the network leaves it on the server — and in PgBouncer's pool — as long
 // as PgBouncer keeps the dead client (hours). It sets idle_session_timeout

@@ -11,7 +11,7 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestRefusedDialLeavesNoSettings (review R3): behind a transaction-mode
+// TestRefusedDialLeavesNoSettings: behind a transaction-mode
 // PgBouncer the Locker refuses its connection, and must leave nothing on
 // the server session the pooler lent it: that session goes on to serve
 // other clients, and the Locker's session settings there

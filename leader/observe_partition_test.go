@@ -8,7 +8,7 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestPartitionedObserveEnds (review R4): Observe's LISTEN connection holds
+// TestPartitionedObserveEnds: Observe's LISTEN connection holds
 // nothing, but behind a session-mode PgBouncer a follower cut off from the
 // network leaves it on the server — and in PgBouncer's pool — as long as
 // PgBouncer keeps the dead client (hours). It sets idle_session_timeout

@@ -17,8 +17,8 @@ import (
 // lease, as advisory's pings and leader's renewals (refused by TryAcquire
 // and Do with ErrInvalidTTL naming RenewFraction and the bound; a
 // RenewFraction of 1e-12 made it 0 — a renewal every round — before, and
-// until review R5 the bound was 100µs: 10,000 commits a second per lease).
-// The bound itself is accepted.
+// a bound of 100µs allowed 10,000 commits a second per lease). The bound
+// itself is accepted.
 func TestIntervalLowerBounds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

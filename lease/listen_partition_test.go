@@ -10,7 +10,7 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestPartitionedListenerEnds (review R4): the store's listener holds no
+// TestPartitionedListenerEnds: the store's listener holds no
 // lease, but its session holds shared interest locks and, behind a
 // session-mode PgBouncer, a client cut off from the network leaves it on
 // the server — and in PgBouncer's pool — as long as PgBouncer keeps the
