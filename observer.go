@@ -10,8 +10,13 @@ import "time"
 // Every field may be nil. The functions are called synchronously, on the
 // goroutine where the event happens, sometimes with a lock of the reporting
 // package held: they must be quick, must not block and must not call back
-// into the package that reports. Events of one lock or lease are reported
-// in order; events of different ones may be reported concurrently.
+// into the package that reports. Package advisory is the exception: it
+// holds none of its locks while it calls them, one at a time in order,
+// from the goroutine of the call that caused the event or from one of its
+// own, so that a function that blocks delays only other events (and the
+// call that delivers them), never a session's pings. Events of one lock or
+// lease are reported in order; events of different ones may be reported
+// concurrently.
 //
 // What is guaranteed: each hold reported by Start is reported once by End,
 // so Start − End is the number held now; Acquire is reported once per

@@ -77,10 +77,15 @@ const (
 // partitioned holder behind such a pooler keeps its locks until the pooler
 // drops the client (PgBouncer: its client TCP keepalive, about two hours
 // with the OS defaults). A healthy session is never idle that long: one
-// holding locks is pinged every PingInterval (and PingInterval +
-// QueryTimeout < TCPUserTimeout), one holding none every TCPUserTimeout/2.
-// A holder whose process cannot run for TCPUserTimeout (SIGSTOP, a frozen
-// VM) loses its locks too; it announces it when it runs again.
+// holding locks is pinged at least every min(PingInterval,
+// TCPUserTimeout/2), one holding none every TCPUserTimeout/2, so the
+// server hears from it at least every TCPUserTimeout/2 (plus a round
+// trip). That is the margin of a holder that stops sending for a while
+// (a GC pause, an overloaded machine, a stalled scheduler): a stall
+// shorter than TCPUserTimeout/2 costs no lock; one longer than
+// TCPUserTimeout, or a process that cannot run that long (SIGSTOP, a
+// frozen VM), costs the locks — the holder announces it when it runs
+// again (TestPingCadence).
 //
 // Every interval has a lower bound ([MinPingInterval] and so on, stated
 // on each field); [New] refuses a smaller non-zero value.
@@ -117,10 +122,11 @@ type Config struct {
 	// PingInterval is how often a dedicated session that holds locks and is
 	// otherwise idle is checked with one round trip (a bare protocol Sync):
 	// at most PingInterval (plus a round trip) after its last statement or
-	// check. A failed check announces the loss of its locks, so this bounds
-	// how late the loss of a killed session is noticed; the checks also
-	// keep the session from the server's idle bound (TCPUserTimeout).
-	// Default: 200ms. Minimum: 10ms.
+	// check, and at most TCPUserTimeout/2 after it when that is shorter. A
+	// failed check announces the loss of its locks, so this bounds how late
+	// the loss of a killed session is noticed; the checks also keep the
+	// session from the server's idle bound (TCPUserTimeout), with a margin
+	// of TCPUserTimeout/2 at least. Default: 200ms. Minimum: 10ms.
 	PingInterval time.Duration
 
 	// QueryTimeout bounds every statement on a dedicated session (try,
@@ -150,10 +156,11 @@ type Config struct {
 	// TCPUserTimeout sets the server's tcp_user_timeout for each dedicated
 	// session: how long sent data may stay unacknowledged before the server
 	// drops the connection. On PostgreSQL 14 and later it is also the
-	// idle_session_timeout of each session that holds locks (not of the
-	// LISTEN connection): the server ends a session it has heard nothing
-	// from for that long, which frees a partitioned holder's locks behind a
-	// session-mode pooler too. Default: 10s. Minimum: more than
+	// idle_session_timeout of each dedicated session and of the LISTEN
+	// connection: the server ends a session it has heard nothing from for
+	// that long, which frees a partitioned holder's locks behind a
+	// session-mode pooler too (a healthy one sends a round trip every
+	// TCPUserTimeout/2 at least). Default: 10s. Minimum: more than
 	// PingInterval + QueryTimeout (the timing rule), in whole milliseconds.
 	TCPUserTimeout time.Duration
 
@@ -163,12 +170,26 @@ type Config struct {
 	// lost locks. Default: slog.Default(), Warn and above only — failures
 	// and losses reach a program that configured nothing, routine events
 	// do not; give slog.New(slog.DiscardHandler) for silence.
+	//
+	// The Logger and the Observer are called with none of the locker's
+	// locks held, one event at a time in order, from the goroutine of the
+	// call that caused the event (TryLock, Unlock, …) or from one of the
+	// locker's own, which Close waits for: one that blocks delays other
+	// events and that call, never the pings that keep the locks.
 	Logger *slog.Logger
 
 	// Observer receives the locker's events for metrics (see
-	// [pglocks.Observer] and package otelpglocks). Default: none.
+	// [pglocks.Observer] and package otelpglocks), as Logger does. An
+	// event may reach it after the call that caused it returned. Default:
+	// none.
 	Observer *pglocks.Observer
 }
+
+// pingEvery is the longest a session holding locks goes without a round
+// trip: PingInterval, or TCPUserTimeout/2 when that is shorter, so that the
+// server's idle bound (idle_session_timeout = TCPUserTimeout) leaves a
+// healthy holder a margin of TCPUserTimeout/2 at least.
+func (c Config) pingEvery() time.Duration { return min(c.PingInterval, c.TCPUserTimeout/2) }
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {

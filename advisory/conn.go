@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,37 +19,47 @@ import (
 // (see [dial.Dedicated]): from a copy of the pool's ConnConfig, through its
 // BeforeConnect hook (rotated passwords, IAM tokens) and AfterConnect hook.
 // Only application_name goes in the startup packet (every pooler accepts
-// it); the rest of the session hygiene is set by one statement after
-// connecting (see [sessionSettings]), which also reads the backend's real
-// pid (behind a pooler the connection's own PID is the pooler's). The
-// client socket gets keepalives, and a statement is interrupted by a socket
-// deadline (pgx's default) rather than by a cancel request on a new TCP
-// connection.
+// it). The backend's real pid is read first (behind a pooler the
+// connection's own PID is the pooler's), then the connection is judged
+// (see [Locker.accept]) and only then is the rest of the session hygiene
+// set, by one statement (see [Locker.sessionSettings]): a connection
+// refused behind a transaction-mode pooler leaves no setting on the server
+// session the pooler lends to others next (TestRefusedDialLeavesNoSettings).
+// The client socket gets keepalives, and a statement is interrupted by a
+// socket deadline (pgx's default) rather than by a cancel request on a new
+// TCP connection.
 //
-// idle is the connection's idle_session_timeout (see [sessionSettings]):
-// Config.TCPUserTimeout for a session that holds locks, 0 (none) for the
-// LISTEN connection, which holds none.
+// idle is the connection's idle_session_timeout (PostgreSQL 14 and later):
+// Config.TCPUserTimeout, for the sessions that hold locks and for the
+// LISTEN connection alike.
 func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandler, idle time.Duration) (*pgconn.PgConn, uint32, error) {
 	c := l.cfg
 	conn, err := dial.Dedicated(ctx, l.poolCfg, dial.Options{
-		ApplicationName:   c.ApplicationName,
-		OnNotification:    onNotify,
-		Keepalive:         net.KeepAliveConfig{Enable: true, Idle: c.KeepalivesIdle, Interval: c.KeepalivesInterval, Count: c.KeepalivesCount},
-		DeadlineInterrupt: true,
-		Settings:          func(pc *pgconn.PgConn) string { return l.sessionSettings(pc, idle) },
+		ApplicationName:    c.ApplicationName,
+		OnNotification:     onNotify,
+		Keepalive:          net.KeepAliveConfig{Enable: true, Idle: c.KeepalivesIdle, Interval: c.KeepalivesInterval, Count: c.KeepalivesCount},
+		DeadlineInterrupt:  true,
+		Check:              l.accept,
+		Settings:           func(*pgconn.PgConn) string { return l.sessionSettings() },
+		IdleSessionTimeout: idle,
 	})
 	if err != nil {
 		return nil, 0, err
 	}
+	return conn.PgConn(), conn.BackendPID, nil
+}
+
+// accept refuses a connection that reaches the server through a pooler in
+// transaction or statement mode (see [refuseTransactionPooling]) or that
+// reached a standby ([ErrStandby]); it runs before any setting is sent.
+func (l *Locker) accept(ctx context.Context, conn dial.Conn) error {
 	if err := refuseTransactionPooling(ctx, l.poolCfg, conn); err != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, 0, err
+		return err
 	}
 	if conn.InRecovery {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, 0, outcome.MarkFatal(ErrStandby)
+		return outcome.MarkFatal(ErrStandby)
 	}
-	return conn.PgConn(), conn.BackendPID, nil
+	return nil
 }
 
 // refuseTransactionPooling fails the dial of a connection that reaches the
@@ -72,36 +81,24 @@ func refuseTransactionPooling(ctx context.Context, pool *pgxpool.Config, conn di
 	return nil
 }
 
-// idleSessionTimeout sets idle_session_timeout to d (in milliseconds; 0:
-// none) on servers that have it, PostgreSQL 14 and later, and is empty on
-// older ones.
-func idleSessionTimeout(pc *pgconn.PgConn, d time.Duration) string {
-	v := pc.ParameterStatus("server_version")
-	if i := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		v = v[:i]
-	}
-	if major, err := strconv.Atoi(v); err == nil && major >= 14 {
-		return fmt.Sprintf("set idle_session_timeout = %d; ", d.Milliseconds())
-	}
-	return ""
-}
-
 // sessionSettings is the statement every connection of the Locker runs
-// after connecting, before it is used. They bound how long the server
-// keeps a partitioned holder's session (Config's timing rule) in two ways:
+// after connecting and being accepted (see [Locker.connect]), before it is
+// used; internal/dial appends idle_session_timeout = Config.TCPUserTimeout
+// (PostgreSQL 14 and later). They bound how long the server keeps a
+// partitioned holder's session (Config's timing rule) in two ways:
 // server-side TCP keepalives and tcp_user_timeout, which act on the
 // server's own TCP connection — enough when that connection is the
-// holder's — and idle_session_timeout = idle (Config.TCPUserTimeout for a
-// session that holds locks), which ends a session the server has heard
-// nothing from, no statement and no ping, for that long. Only the latter
-// holds behind a session-mode pooler or a TCP proxy, whose healthy link
-// to the server outlives a partitioned client (PgBouncer keeps it until
-// its own client keepalive gives up: two hours by the OS defaults); it
-// needs PostgreSQL 14. A healthy session is never idle that long: the
-// session pings one that holds locks every PingInterval and one that holds
-// none every TCPUserTimeout/2 (see [session.pingDue]). The LISTEN
-// connection holds no lock and keeps 0: notifications do not count as
-// activity for the server, and a busy channel keeps it from pinging.
+// holder's — and idle_session_timeout, which ends a session the server has
+// heard nothing from, no statement and no ping, for that long. Only the
+// latter holds behind a session-mode pooler or a TCP proxy, whose healthy
+// link to the server outlives a partitioned client (PgBouncer keeps it
+// until its own client keepalive gives up: two hours by the OS defaults);
+// it needs PostgreSQL 14. A healthy session is never idle that long: the
+// session pings one that holds locks every PingInterval (or
+// TCPUserTimeout/2 if shorter) and one that holds none every
+// TCPUserTimeout/2 (see [session.pingDue]), and the LISTEN connection
+// sends a round trip every TCPUserTimeout/2 whatever notifications arrive
+// (notifications are no activity to the server; see [Locker.listenOn]).
 //
 // The other timeouts are set to 0 so that a role's or database's
 // statement_timeout, lock_timeout or idle_in_transaction_session_timeout
@@ -111,21 +108,17 @@ func idleSessionTimeout(pc *pgconn.PgConn, d time.Duration) string {
 // comes first, so the rest cannot be cancelled by a tiny role default; the
 // first statement itself can be, on a stalled server, and then the dial
 // runs the settings again (internal/dial).
-// dial.Dedicated appends its own select of pg_backend_pid() and
-// pg_is_in_recovery() to the same round trip: a standby's session is
-// refused ([ErrStandby]).
 //
 // The settings are one simple-protocol query, so they take effect all
 // together or not at all: if the server (or a pooler) refuses any of them,
 // the connection is closed and the dial fails with the server's error. A
 // session without the timing settings therefore never holds a lock.
-func (l *Locker) sessionSettings(pc *pgconn.PgConn, idle time.Duration) string {
+func (l *Locker) sessionSettings() string {
 	c := l.cfg
 	return fmt.Sprintf("set statement_timeout = 0; set lock_timeout = 0; "+
-		"set idle_in_transaction_session_timeout = 0; %s"+
+		"set idle_in_transaction_session_timeout = 0; "+
 		"set tcp_keepalives_idle = %d; set tcp_keepalives_interval = %d; set tcp_keepalives_count = %d; "+
 		"set tcp_user_timeout = %d; set synchronous_commit = off",
-		idleSessionTimeout(pc, idle),
 		int(c.KeepalivesIdle/time.Second), int(c.KeepalivesInterval/time.Second), c.KeepalivesCount,
 		int(c.TCPUserTimeout/time.Millisecond))
 }

@@ -85,21 +85,30 @@
 // number of locks on them, plus one connection that LISTENs for wake-ups:
 // at most four server connections by default, for ten locks or ten
 // thousand. [New] opens none of them; the first lock asked for does. Only
-// application_name goes in the startup packet; after connecting, each
-// connection SETs the server's tcp_keepalives_* and tcp_user_timeout, and
-// each session that holds locks its idle_session_timeout (to
+// application_name goes in the startup packet; after connecting, and after
+// the pooler check below (so that a connection refused there leaves no
+// setting on a server session the pooler lends to others:
+// TestRefusedDialLeavesNoSettings), each connection SETs the server's
+// tcp_keepalives_* and tcp_user_timeout, and its idle_session_timeout (to
 // Config.TCPUserTimeout, on PostgreSQL 14 and later), so that a
 // partitioned holder's session, and its locks, are dropped by the server
 // in bounded time, directly or behind a pooler (see [Config]); it sets
 // statement_timeout, lock_timeout and idle_in_transaction_session_timeout
 // to 0, so that a role's or database's defaults cannot cancel a try or
-// unlock or end a session that holds locks (the LISTEN connection's
-// idle_session_timeout is 0 too). If the server or a pooler refuses any of
-// these settings, the connection is not used: opening it fails with the
-// server's error. An idle session holding locks is pinged at least every
-// PingInterval, so its death is announced within about PingInterval +
-// QueryTimeout; one holding none every TCPUserTimeout/2, so that the
-// server's idle bound does not end it (TestHealthyIdleHolderKept).
+// unlock or end a session that holds locks. The LISTEN connection holds no
+// lock but has the same idle bound, and sends a round trip every
+// TCPUserTimeout/2 whatever notifications arrive, so that one cut off
+// behind a session-mode pooler is ended by the server too, rather than
+// kept, with its pooler slot, for hours (TestPartitionedListenerEnds). If
+// the server or a pooler refuses any of these settings, the connection is
+// not used: opening it fails with the server's error. An idle session holding locks is pinged at least every
+// PingInterval (every TCPUserTimeout/2 if that is shorter), so its death
+// is announced within about PingInterval + QueryTimeout; one holding none
+// every TCPUserTimeout/2. So the server hears from every healthy session
+// at least every TCPUserTimeout/2, and its idle bound (TCPUserTimeout)
+// leaves a holder whose process stalls — a GC pause, an overloaded
+// machine — TCPUserTimeout/2 at least before its locks are freed
+// (TestPingCadence, TestHealthyIdleHolderKept).
 //
 // Session locks are re-entrant per session in PostgreSQL; the Locker
 // excludes its own holders from each other (exclusive and shared alike), so
@@ -268,8 +277,9 @@
 // advisory lock is not replicated), a terminated backend or a network
 // failure. The Locker announces that, but a holder that is paused (GC,
 // SIGSTOP) cannot be stopped from acting after the server freed its lock —
-// which it does once the pause outlasts Config.TCPUserTimeout (the lock
-// sessions' idle_session_timeout): code that writes must also be fenced
+// which it may do once the pause outlasts Config.TCPUserTimeout/2, and does
+// once it outlasts TCPUserTimeout (the lock sessions'
+// idle_session_timeout): code that writes must also be fenced
 // (see the lease package). Between a network partition and the server
 // dropping the session, neither side can take the lock; Config's timing
 // rule makes the holder give up first. Behind a session-mode pooler on

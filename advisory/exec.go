@@ -151,9 +151,11 @@ func (s *session) do(ctx context.Context, r *request) (handedOff bool, err error
 	return false, s.complete(r, &rep, err)
 }
 
-// resume finishes a statement whose caller left, then lets the session go.
+// resume finishes a statement whose caller left, then lets the session go
+// and delivers the events it produced (see [events]).
 func (s *session) resume(r *request, rep reply) {
 	defer s.l.wg.Done()
+	defer s.l.deliver()
 	defer s.mu.Unlock()
 	// A fresh deadline for the rest of the answer, set directly: arm would
 	// also move sentAt, and VerifiedAt must count from the real send time.
@@ -247,6 +249,7 @@ func (s *session) unlockedAnyway(lk *Lock, cause error) bool {
 func (s *session) released(lk *Lock, ok bool) error {
 	s.l.mu.Lock()
 	delete(s.locks, lk)
+	s.nlocks.Store(int32(len(s.locks)))
 	lk.endLocked(lockUnlocked, nil)
 	s.l.mu.Unlock()
 	if !ok {

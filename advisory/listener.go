@@ -7,10 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pglocks/pglocks/internal/backoff"
+	"github.com/pglocks/pglocks/internal/dial"
 )
-
-// listenCheckInterval is how often an idle listener pings its connection.
-const listenCheckInterval = 5 * time.Second
 
 // listen keeps one connection LISTENing on the locker's channel until
 // Close, reconnecting under the Locker's dial pacing, and with backoff when
@@ -58,7 +56,7 @@ func (l *Locker) dialListener() (*pgconn.PgConn, error) {
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.QueryTimeout+l.connectTimeout())
 	start := time.Now()
-	conn, _, err := l.connect(ctx, l.onNotify, 0)
+	conn, _, err := l.connect(ctx, l.onNotify, l.cfg.TCPUserTimeout)
 	cancel()
 	l.mu.Lock()
 	l.dial.listener = false
@@ -68,7 +66,13 @@ func (l *Locker) dialListener() (*pgconn.PgConn, error) {
 }
 
 // listenOn LISTENs on conn until it fails or the Locker closes, then
-// closes it; true if the LISTEN itself worked.
+// closes it; true if the LISTEN itself worked. It sends a round trip every
+// TCPUserTimeout/2 whatever notifications arrive (they are no activity to
+// the server), so that the server's idle_session_timeout (TCPUserTimeout,
+// see [Locker.connect]) ends the connection once this client is gone — cut
+// off behind a session-mode pooler, say, which would keep it for hours
+// (TestPartitionedListenerEnds) — and never while it is here; a round trip
+// that fails in QueryTimeout ends the connection here too.
 func (l *Locker) listenOn(conn *pgconn.PgConn) bool {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.QueryTimeout)
@@ -83,20 +87,16 @@ func (l *Locker) listenOn(conn *pgconn.PgConn) bool {
 	}
 	// Unlocks may have gone unheard while the listener was down.
 	l.wakeAll()
+	hb := dial.NewHeartbeat(l.cfg.TCPUserTimeout)
 	for {
-		ctx, cancel := context.WithTimeout(l.ctx, listenCheckInterval)
+		ctx, cancel := context.WithDeadline(l.ctx, hb.Deadline())
 		err := conn.WaitForNotification(ctx)
+		waited := ctx.Err() != nil
 		cancel()
-		if l.ctx.Err() != nil || conn.IsClosed() {
+		if l.ctx.Err() != nil || conn.IsClosed() || err != nil && !waited {
 			return true
 		}
-		if err == nil {
-			continue
-		}
-		ctx, cancel = context.WithTimeout(l.ctx, l.cfg.QueryTimeout)
-		err = conn.Ping(ctx)
-		cancel()
-		if err != nil {
+		if hb.Beat(l.ctx, conn, l.cfg.QueryTimeout) != nil {
 			return true
 		}
 	}

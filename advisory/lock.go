@@ -65,6 +65,7 @@ func (l *Locker) newLock(s *session, key pglocks.Key, shared bool) *Lock {
 	lk := &Lock{l: l, key: key, shared: shared, sess: s, pid: s.pid, ctx: ctx, cancel: cancel, lost: make(chan struct{}), at: l.observeStart(key)}
 	l.mu.Lock()
 	s.locks[lk] = struct{}{}
+	s.nlocks.Store(int32(len(s.locks)))
 	l.mu.Unlock()
 	return lk
 }

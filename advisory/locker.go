@@ -38,6 +38,8 @@ type Locker struct {
 	ownPIDs    map[uint32]bool
 	closeErr   error
 
+	ev events // for the Logger and Observer, outside mu (see events)
+
 	closeOnce sync.Once
 }
 

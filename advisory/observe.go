@@ -10,7 +10,9 @@ import (
 )
 
 // observeAcquire logs and reports the end of an acquire call that started
-// at start, and returns its result unchanged.
+// at start, and returns its result unchanged. The report is queued after
+// the hold's Start (see [events]) and delivered before the call returns
+// unless another goroutine is delivering; no lock is held.
 func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.Time, lk *Lock, err error) (*Lock, error) {
 	o := l.cfg.Observer
 	res := acquireResult(err, wait)
@@ -23,18 +25,25 @@ func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.T
 		return lk, err // nobody listens: skip the clock and the key's formatting
 	}
 	elapsed := time.Since(start)
-	switch res {
-	case pglocks.ResultAcquired:
-		log.Debug("advisory: acquired", "key", key.String(), "shared", shared, "pid", lk.pid, "elapsed", elapsed)
-	case pglocks.ResultBusy:
-		log.Debug("advisory: busy", "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
-	default:
-		log.Warn("advisory: acquire failed", "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
+	var pid uint32
+	if lk != nil {
+		pid = lk.pid
 	}
-	if o != nil && o.Acquire != nil {
-		o.Acquire(pglocks.AcquireEvent{Kind: pglocks.KindAdvisory, Name: key.String(), Shared: shared,
-			Wait: wait, Result: res, Elapsed: elapsed, Err: err})
-	}
+	l.post(func() {
+		switch res {
+		case pglocks.ResultAcquired:
+			log.Debug("advisory: acquired", "key", key.String(), "shared", shared, "pid", pid, "elapsed", elapsed)
+		case pglocks.ResultBusy:
+			log.Debug("advisory: busy", "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
+		default:
+			log.Warn("advisory: acquire failed", "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
+		}
+		if o != nil && o.Acquire != nil {
+			o.Acquire(pglocks.AcquireEvent{Kind: pglocks.KindAdvisory, Name: key.String(), Shared: shared,
+				Wait: wait, Result: res, Elapsed: elapsed, Err: err})
+		}
+	})
+	l.deliver()
 	return lk, err
 }
 
@@ -52,15 +61,17 @@ func acquireResult(err error, wait bool) pglocks.Result {
 	return pglocks.ResultError
 }
 
-// observeStart reports a hold that begins now and returns its start.
+// observeStart queues the report of a hold that begins now (see [events])
+// and returns its start.
 func (l *Locker) observeStart(key pglocks.Key) time.Time {
 	if o := l.cfg.Observer; o != nil && o.Start != nil {
-		o.Start(pglocks.HoldEvent{Kind: pglocks.KindAdvisory, Name: key.String()})
+		l.post(func() { o.Start(pglocks.HoldEvent{Kind: pglocks.KindAdvisory, Name: key.String()}) })
 	}
 	return time.Now()
 }
 
-// observeEnd logs and reports the end of lk's hold. l.mu is held.
+// observeEnd queues the log and report of the end of lk's hold (see
+// [events]): l.mu is held, and often the session's mu.
 func (lk *Lock) observeEnd(st lockState, err error) {
 	held := time.Since(lk.at)
 	reason := pglocks.ReasonReleased
@@ -74,11 +85,19 @@ func (lk *Lock) observeEnd(st lockState, err error) {
 	if reason.Lost() {
 		level = slog.LevelWarn
 	}
-	if log := lk.l.cfg.Logger; log.Enabled(context.Background(), level) {
-		log.Log(context.Background(), level, "advisory: "+string(reason),
-			"key", lk.key.String(), "pid", lk.pid, "held", held, "err", err)
+	log, o := lk.l.cfg.Logger, lk.l.cfg.Observer
+	logs := log.Enabled(context.Background(), level)
+	if !logs && (o == nil || o.End == nil) {
+		return
 	}
-	if o := lk.l.cfg.Observer; o != nil && o.End != nil {
-		o.End(pglocks.EndEvent{Kind: pglocks.KindAdvisory, Name: lk.key.String(), Reason: reason, Held: held, Err: err})
-	}
+	key, pid := lk.key, lk.pid
+	lk.l.post(func() {
+		if logs {
+			log.Log(context.Background(), level, "advisory: "+string(reason),
+				"key", key.String(), "pid", pid, "held", held, "err", err)
+		}
+		if o != nil && o.End != nil {
+			o.End(pglocks.EndEvent{Kind: pglocks.KindAdvisory, Name: key.String(), Reason: reason, Held: held, Err: err})
+		}
+	})
 }

@@ -36,13 +36,14 @@ type session struct {
 	stopped bool
 	stopErr error // why the session stopped, set with stopped
 
-	mu       sync.Mutex    // held by whoever uses conn: worker or direct caller
-	dead     chan struct{} // closed by die or shutdown, with mu held
-	lastUse  time.Time     // guarded by mu
-	deadline time.Time     // guarded by mu: the socket's deadline
-	sentAt   time.Duration // guarded by mu: send time of the statement in flight, since monoBase
-	verified atomic.Int64  // send time of the latest answered statement, since monoBase
-	locks    map[*Lock]struct{}
+	mu       sync.Mutex         // held by whoever uses conn: worker or direct caller
+	dead     chan struct{}      // closed by die or shutdown, with mu held
+	lastUse  time.Time          // guarded by mu
+	deadline time.Time          // guarded by mu: the socket's deadline
+	sentAt   time.Duration      // guarded by mu: send time of the statement in flight, since monoBase
+	verified atomic.Int64       // send time of the latest answered statement, since monoBase
+	locks    map[*Lock]struct{} // guarded by l.mu
+	nlocks   atomic.Int32       // len(locks), for the worker's ping decision without l.mu
 }
 
 // stop refuses new requests and returns the queued ones.
@@ -102,42 +103,30 @@ func (s *session) runDirect(ctx context.Context, r *request) (bool, error) {
 		s.die(err)
 	}
 	s.mu.Unlock()
+	s.l.deliver()
 	return true, nil
 }
 
 // run is the worker: it runs queued requests, pings when idle (see
 // pingDue), and on Close releases everything and closes the connection.
-// Its ticker runs at PingInterval/2, so that an idle session holding locks
-// sends a ping at most PingInterval (plus a round trip) after its last
-// statement or ping.
+// Its ticker runs at Config.pingEvery()/2, so that an idle session holding
+// locks sends a ping at most pingEvery (PingInterval, or TCPUserTimeout/2
+// if shorter; plus a round trip) after its last statement or ping. It
+// never runs user code: the events it produces are
+// delivered by a goroutine of their own (see [events]), so a callback that
+// blocks cannot stop the pings.
 func (s *session) run() {
 	defer s.l.wg.Done()
-	tick := time.NewTicker(s.l.cfg.PingInterval / 2)
+	defer s.l.deliverAsync()
+	tick := time.NewTicker(s.l.cfg.pingEvery() / 2)
 	defer tick.Stop()
 	for {
+		var alive bool
 		select {
 		case <-s.signal:
-			if !s.drain() {
-				return
-			}
+			alive = s.drain()
 		case <-tick.C:
-			if !s.mu.TryLock() {
-				continue // in use, so not idle
-			}
-			if s.isDead() {
-				s.mu.Unlock()
-				return
-			}
-			if s.pingDue() {
-				err := s.ping()
-				s.lastUse = time.Now()
-				if err != nil {
-					s.die(fmt.Errorf("ping: %w", err))
-					s.mu.Unlock()
-					return
-				}
-			}
-			s.mu.Unlock()
+			alive = s.tick()
 		case <-s.dead:
 			return
 		case <-s.l.closing:
@@ -148,7 +137,33 @@ func (s *session) run() {
 			s.mu.Unlock()
 			return
 		}
+		if !alive {
+			return
+		}
+		s.l.deliverAsync()
 	}
+}
+
+// tick pings the session if it is idle and due a ping; false when the
+// session is dead.
+func (s *session) tick() bool {
+	if !s.mu.TryLock() {
+		return true // in use, so not idle
+	}
+	defer s.mu.Unlock()
+	if s.isDead() {
+		return false
+	}
+	if !s.pingDue() {
+		return true
+	}
+	err := s.ping()
+	s.lastUse = time.Now()
+	if err != nil {
+		s.die(fmt.Errorf("ping: %w", err))
+		return false
+	}
+	return true
 }
 
 // drain runs the queued requests, several at a time pipelined (see
@@ -186,26 +201,26 @@ func (s *session) isDead() bool {
 	}
 }
 
-// pingDue reports whether the idle session is due a ping: one that holds
-// locks half a PingInterval after its last use, so that its death is
-// noticed within PingInterval + QueryTimeout; one that holds none half a
-// TCPUserTimeout after, only so that the server's idle_session_timeout
-// (TCPUserTimeout, see [Locker.sessionSettings]) does not end it. Either
-// way the server hears from a healthy session well within its idle bound.
-// s.mu must be held.
+// pingDue reports whether the idle session is due a ping. The worker looks
+// every pingEvery/2, so a ping goes out at most pingEvery/2 after it is
+// due: one that holds locks is due pingEvery/2 after its last use, so that
+// its death is noticed within pingEvery + QueryTimeout; one that holds
+// none TCPUserTimeout/2 − pingEvery/2 after, only so that the server's
+// idle_session_timeout (TCPUserTimeout, see [Locker.sessionSettings]) does
+// not end it. Either way the server hears from a healthy session at least
+// every TCPUserTimeout/2 (plus a round trip): half its idle bound is left
+// for a stall of the client. s.mu must be held.
 func (s *session) pingDue() bool {
-	every := s.l.cfg.TCPUserTimeout / 2
+	half := s.l.cfg.pingEvery() / 2
+	due := s.l.cfg.TCPUserTimeout/2 - half
 	if s.holding() {
-		every = s.l.cfg.PingInterval / 2
+		due = half
 	}
-	return time.Since(s.lastUse) >= every
+	return time.Since(s.lastUse) >= due
 }
 
-func (s *session) holding() bool {
-	s.l.mu.Lock()
-	defer s.l.mu.Unlock()
-	return len(s.locks) > 0
-}
+// holding reports whether the session holds locks. It takes no lock.
+func (s *session) holding() bool { return s.nlocks.Load() > 0 }
 
 // die closes the connection and announces the loss of every lock on it.
 // s.mu must be held.
@@ -224,6 +239,7 @@ func (s *session) die(cause error) {
 		lk.endLocked(lockLost, lost)
 	}
 	s.locks = nil
+	s.nlocks.Store(0)
 	s.l.mu.Unlock()
 	err := fmt.Errorf("%w (pid %d): %w", errSessionDied, s.pid, cause)
 	s.fail(s.stop(err), err)
@@ -258,6 +274,7 @@ func (s *session) shutdown() {
 		}
 	}
 	s.locks = nil
+	s.nlocks.Store(0)
 	s.l.mu.Unlock()
 	for _, r := range rest {
 		if r.kind == opUnlock && err == nil {

@@ -45,6 +45,7 @@ func (lk *Lock) Verify(ctx context.Context) error {
 		defer l.wg.Done()
 		defer close(done)
 		lk.sess.verify()
+		l.deliver()
 	}()
 	select {
 	case <-done:

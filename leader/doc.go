@@ -187,7 +187,11 @@
 //
 // [Elector.Leader] reads the current leader; [Elector.Observe] streams
 // changes (LISTEN/NOTIFY, with polling as the fallback), for followers that
-// forward requests to the leader. Hooks (OnElected, OnDemoted, OnNewLeader)
+// forward requests to the leader. Observe's LISTEN connection has
+// idle_session_timeout = 10 s (PostgreSQL 14 and later) and sends a round
+// trip every 5 s, so that a follower cut off from the network, even
+// behind a session-mode pooler, is ended by the server within about 10 s
+// (TestPartitionedObserveEnds). Hooks (OnElected, OnDemoted, OnNewLeader)
 // run on a goroutine of their own and never hold up the election.
 //
 // # Behind a pooler

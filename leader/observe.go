@@ -91,11 +91,12 @@ func (o *observer) run(ctx context.Context) {
 // about other elections on the shared channel are skipped without a read,
 // and do not postpone the poll.
 func (o *observer) loop(ctx context.Context, conn *pgx.Conn) error {
+	hb := dial.NewHeartbeat(dial.ListenIdleTimeout)
 	for {
 		if !o.check(ctx) {
 			return ctx.Err()
 		}
-		if err := o.await(ctx, conn, time.Now().Add(o.pollWait())); err != nil {
+		if err := o.await(ctx, conn, hb, time.Now().Add(o.pollWait())); err != nil {
 			return err
 		}
 	}
@@ -115,21 +116,34 @@ func (o *observer) pollWait() time.Duration {
 }
 
 // await returns nil on news of this election or at deadline, an error if
-// the connection failed or ctx ended.
-func (o *observer) await(ctx context.Context, conn *pgx.Conn, deadline time.Time) error {
+// the connection failed or ctx ended. It sends the heartbeat's round trips
+// meanwhile (notifications are no activity to the server).
+func (o *observer) await(ctx context.Context, conn *pgx.Conn, hb *dial.Heartbeat, deadline time.Time) error {
 	for {
-		wctx, cancel := context.WithDeadline(ctx, deadline)
+		wctx, cancel := context.WithDeadline(ctx, earlier(deadline, hb.Deadline()))
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
-		switch {
-		case err == nil && n.Payload != o.e.cfg.Name:
-			continue // another election's news: no read
-		case err == nil, ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			return nil
-		default:
+		if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 			return err
 		}
+		if err := hb.Beat(ctx, conn.PgConn(), dial.ListenIdleTimeout/2); err != nil {
+			return err
+		}
+		switch {
+		case err == nil && n.Payload == o.e.cfg.Name:
+			return nil
+		case err != nil && !time.Now().Before(deadline):
+			return nil
+		}
+		// Another election's news (no read), or a heartbeat: wait on.
 	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // check reads the state and sends it if it changed; false if ctx ended.
@@ -156,26 +170,36 @@ var errTransactionPooling = errors.New("transaction pooling")
 // listen opens a dedicated connection the way the pool opens its own (its
 // hooks too; it takes none of the pool's connections), LISTENs on it and
 // loops until it fails. Behind a pooler in transaction mode it returns
-// errTransactionPooling without LISTENing: the LISTEN would stay on
-// whichever server session ran it.
+// errTransactionPooling without LISTENing or setting anything: both would
+// stay on whichever server session ran them. The connection's
+// idle_session_timeout is dial.ListenIdleTimeout and await sends a round
+// trip every half of it, so that a follower cut off from the network
+// behind a session-mode pooler, which keeps a dead client's server session
+// for hours, is ended by the server (TestPartitionedObserveEnds).
 func (o *observer) listen(ctx context.Context) error {
 	poolCfg := o.e.cfg.Pool.Config()
-	conn, err := dial.Dedicated(ctx, poolCfg, dial.Options{})
+	conn, err := dial.Dedicated(ctx, poolCfg, dial.Options{
+		Check: func(ctx context.Context, conn dial.Conn) error {
+			if !pooler.Behind(conn) {
+				return nil
+			}
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			mode, err := pooler.Probe(pctx, poolCfg, conn)
+			if err != nil {
+				return err
+			}
+			if !mode.KeepsSession() {
+				return errTransactionPooling
+			}
+			return nil
+		},
+		IdleSessionTimeout: dial.ListenIdleTimeout,
+	})
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if pooler.Behind(conn) {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		mode, err := pooler.Probe(pctx, poolCfg, conn)
-		cancel()
-		if err != nil {
-			return err
-		}
-		if !mode.KeepsSession() {
-			return errTransactionPooling
-		}
-	}
 	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{o.e.cfg.Channel}.Sanitize(), pgx.QueryExecModeSimpleProtocol); err != nil {
 		return err
 	}

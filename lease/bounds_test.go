@@ -13,10 +13,12 @@ import (
 // TestIntervalLowerBounds: the store's intervals have lower bounds, so no
 // setting makes a busy loop: Config.CheckInterval at least 1ms (refused by
 // New), and a kept-alive lease's renewal interval, TTL ×
-// Config.RenewFraction, at least 100µs (refused by TryAcquire and Do with
-// ErrInvalidTTL naming RenewFraction and the bound; a RenewFraction of
-// 1e-12 made it 0 — a renewal every round — before). The bound itself is
-// accepted.
+// Config.RenewFraction, at least 10ms — at most 100 renewals a second per
+// lease, as advisory's pings and leader's renewals (refused by TryAcquire
+// and Do with ErrInvalidTTL naming RenewFraction and the bound; a
+// RenewFraction of 1e-12 made it 0 — a renewal every round — before, and
+// a bound of 100µs allowed 10,000 commits a second per lease). The bound
+// itself is accepted.
 func TestIntervalLowerBounds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -26,7 +28,7 @@ func TestIntervalLowerBounds(t *testing.T) {
 		t.Errorf("CheckInterval 1ns: %v, want ErrInvalidConfig naming the field and 1ms", err)
 	}
 	s := newStore(t, b.pool, lease.Config{RenewFraction: 1e-12})
-	want := "TTL × Config.RenewFraction (0s) is below the minimum of 100µs"
+	want := "TTL × Config.RenewFraction (0s) is below the minimum of 10ms"
 	if _, err := s.TryAcquire(ctx, "tiny-renew", time.Second, lease.WithKeepAlive()); !errors.Is(err, lease.ErrInvalidTTL) ||
 		!strings.Contains(err.Error(), want) {
 		t.Errorf("TryAcquire with keep-alive every 1ps: %v, want ErrInvalidTTL saying %q", err, want)
@@ -41,9 +43,15 @@ func TestIntervalLowerBounds(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// At the bound: renewed every 100µs (TTL 100ms × 0.001).
-	at := newStore(t, b.pool, lease.Config{RenewFraction: 0.001})
-	l = mustTry(t, at, "at-bound", lease.MinTTL, lease.WithKeepAlive())
+	// Below the bound: renewed every 200µs (TTL 100ms × 0.002).
+	below := newStore(t, b.pool, lease.Config{RenewFraction: 0.002})
+	if _, err := below.TryAcquire(ctx, "below-bound", lease.MinTTL, lease.WithKeepAlive()); !errors.Is(err, lease.ErrInvalidTTL) ||
+		!strings.Contains(err.Error(), "(200µs) is below the minimum of 10ms") {
+		t.Errorf("TryAcquire with keep-alive every 200µs: %v, want ErrInvalidTTL saying 200µs is below 10ms", err)
+	}
+	// At the bound: renewed every 10ms (TTL 1s × 0.01).
+	at := newStore(t, b.pool, lease.Config{RenewFraction: 0.01})
+	l = mustTry(t, at, "at-bound", time.Second, lease.WithKeepAlive())
 	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatal(err)
 	}

@@ -34,9 +34,11 @@ const (
 	// holder could use it).
 	MinTTL = 100 * time.Millisecond
 	// MinRenewInterval is the shortest renewal interval of a kept-alive
-	// lease, TTL × Config.RenewFraction, that a store accepts: a shorter
-	// one (a tiny RenewFraction makes it 0) would renew back to back.
-	MinRenewInterval = 100 * time.Microsecond
+	// lease, TTL × Config.RenewFraction, that a store accepts: at most 100
+	// renewals (commits) a second per lease, the bound of advisory's pings
+	// and leader's renewals; a shorter one (a tiny RenewFraction makes it
+	// 0) would renew back to back.
+	MinRenewInterval = 10 * time.Millisecond
 	// MinCheckInterval is the shortest Config.CheckInterval.
 	MinCheckInterval = time.Millisecond
 	// MaxMaxTTL caps Config.MaxTTL: about ten years.
@@ -89,7 +91,7 @@ type Config struct {
 	// keep-alive ([WithKeepAlive], [Store.Do]). It must be in (0, 0.5] so
 	// that a failed renewal leaves time for another, and the interval
 	// TTL × RenewFraction of each kept-alive lease must be at least
-	// [MinRenewInterval] (100µs). Default: 1/3.
+	// [MinRenewInterval] (10ms). Default: 1/3.
 	RenewFraction float64
 
 	// CheckInterval bounds how long a kept-alive lease ([WithKeepAlive],

@@ -360,6 +360,11 @@
 // that nobody waits for send no NOTIFY, whose commit-time lock would
 // otherwise serialize busy releasers. Do not take these keys elsewhere: at
 // worst a waiter then wakes at the holder's expiry instead of at once.
+// The connection's idle_session_timeout is 10 s (PostgreSQL 14 and later)
+// and it sends a round trip every 5 s whatever arrives, so that a store
+// cut off from the network is ended by the server, with its interest locks
+// (and, behind a session-mode pooler, which would keep it for hours, its
+// pooler slot) within about 10 s (TestPartitionedListenerEnds).
 //
 // # Behind a pooler
 //

@@ -1,5 +1,7 @@
 package lease
 
+import "time"
+
 // Waiters returns how many Acquire calls of name are registered with the
 // store's listener: waiting, or about to.
 func Waiters(s *Store, name string) int {
@@ -42,3 +44,8 @@ func Polling(s *Store) bool {
 
 // PollInterval is pollInterval, for test logs.
 const PollInterval = pollInterval
+
+// SetMinRenewInterval lowers s's bound on a kept-alive lease's renewal
+// interval below MinRenewInterval, for a test that races renewals on
+// purpose (TestReleaseRacesKeepAlive). Call it before s is used.
+func SetMinRenewInterval(s *Store, d time.Duration) { s.minRenew = d }

@@ -165,11 +165,14 @@ func TestKeepAliveSurvivesKilledConnections(t *testing.T) {
 // TestReleaseRacesKeepAlive: releases and explicit renewals racing a
 // keep-alive that renews every 200 µs leave no row owned and produce no
 // error but the honest ErrNotHeld of a renewal that came after the release.
+// The store's bound on the renewal interval is lowered for it: the public
+// one (MinRenewInterval, 10ms) would make the races rare.
 func TestReleaseRacesKeepAlive(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := ctxT(t)
 	s := newStore(t, b.pool, lease.Config{RenewFraction: 0.002})
+	lease.SetMinRenewInterval(s, 100*time.Microsecond)
 	const cycles = 2000
 	lost := 0
 	for i := range cycles {

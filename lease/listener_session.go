@@ -21,24 +21,41 @@ const (
 	interestRetry       = 50 * time.Millisecond
 )
 
+// errMovesSessions refuses the listener's connection behind a pooler that
+// moves sessions (see [listener.transactionPooled]).
+var errMovesSessions = errors.New("lease: the pooler moves sessions")
+
 // session connects, listens, and then alternates between taking or
 // dropping interest locks as waiters come and go and waiting for
 // notifications, until an error. It reports whether it got as far as
 // listening.
+//
+// The session's idle_session_timeout is dial.ListenIdleTimeout, and it
+// sends a round trip every half of it whatever arrives (see
+// dial.Heartbeat): a listener cut off from the network behind a
+// session-mode pooler, which keeps a dead client's server session for
+// hours, is ended by the server, its interest locks with it
+// (TestPartitionedListenerEnds).
 func (lis *listener) session(ctx context.Context) (listened bool) {
-	// Opened as the pool opens its connections (its hooks too). Kicks
-	// interrupt WaitForNotification by a read deadline, which leaves the
-	// connection usable (a cancel request would cost a connection).
+	// Opened as the pool opens its connections (its hooks too); the pooler
+	// probe runs before any setting is sent. Kicks interrupt
+	// WaitForNotification by a read deadline, which leaves the connection
+	// usable (a cancel request would cost a connection).
 	poolCfg := lis.s.pool.Config()
-	dc, err := dial.Dedicated(ctx, poolCfg, dial.Options{DeadlineInterrupt: true})
+	dc, err := dial.Dedicated(ctx, poolCfg, dial.Options{
+		DeadlineInterrupt: true,
+		Check: func(ctx context.Context, dc dial.Conn) error {
+			if pooler.Behind(dc) && lis.transactionPooled(ctx, poolCfg, dc) {
+				return errMovesSessions
+			}
+			return nil
+		},
+		IdleSessionTimeout: dial.ListenIdleTimeout,
+	})
 	if err != nil {
 		return false
 	}
 	conn := dc.Conn
-	if pooler.Behind(dc) && lis.transactionPooled(ctx, poolCfg, dc) {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return false
-	}
 	defer func() {
 		lis.mu.Lock()
 		lis.on = false
@@ -57,6 +74,7 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 	lis.dirty, lis.on = true, true
 	lis.mu.Unlock()
 	var next time.Duration // until the next reconcile is due; 0: none
+	hb := dial.NewHeartbeat(dial.ListenIdleTimeout)
 	for {
 		lis.mu.Lock()
 		if lis.dirty {
@@ -67,15 +85,11 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 			}
 			continue
 		}
-		var (
-			wctx context.Context
-			kick context.CancelFunc
-		)
-		if next > 0 {
-			wctx, kick = context.WithTimeout(ctx, next)
-		} else {
-			wctx, kick = context.WithCancel(ctx)
+		until := hb.Deadline()
+		if at := time.Now().Add(next); next > 0 && at.Before(until) {
+			until = at
 		}
+		wctx, kick := context.WithDeadline(ctx, until)
 		lis.kick = kick
 		lis.mu.Unlock()
 
@@ -95,6 +109,9 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 			return true
 		case wctx.Err() == nil && err != nil:
 			return true // the connection failed
+		}
+		if hb.Beat(ctx, conn.PgConn(), dial.ListenIdleTimeout/2) != nil {
+			return true
 		}
 		// A notification that arrives while reconciling is kept by pgx for
 		// the next wait.

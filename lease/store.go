@@ -40,6 +40,8 @@ type Store struct {
 
 	parked atomic.Int64 // Acquire calls blocked waiting (for tests)
 	seen   tokenMemory  // the highest token seen per name (regress.go)
+
+	minRenew time.Duration // MinRenewInterval; lower in some tests (export_test.go)
 }
 
 // New returns a store over pool, configured by cfg (see [Config] for the
@@ -60,6 +62,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		leases:    make(map[Handle]*Lease),
 		releasing: make(map[Handle]int),
 		turns:     turns{q: make(map[string][]*turn)},
+		minRenew:  MinRenewInterval,
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s, nil
@@ -227,9 +230,9 @@ func (s *Store) checkTTL(ttl time.Duration, keepAlive bool) error {
 // before its trust deadline: TTL − SafetyMargin > TTL × RenewFraction, and
 // not back to back: TTL × RenewFraction ≥ MinRenewInterval.
 func (s *Store) checkKeepAlive(ttl time.Duration) error {
-	if every := s.cfg.renewInterval(ttl); every < MinRenewInterval {
+	if every := s.cfg.renewInterval(ttl); every < s.minRenew {
 		return fmt.Errorf("%w: %v with keep-alive: the renewal interval TTL × Config.RenewFraction (%v) is below the minimum of %v",
-			ErrInvalidTTL, ttl, every, MinRenewInterval)
+			ErrInvalidTTL, ttl, every, s.minRenew)
 	}
 	if window, every := ttl-s.cfg.margin(ttl), s.cfg.renewInterval(ttl); window <= every {
 		return fmt.Errorf("%w: %v with keep-alive: the trust window TTL − Config.SafetyMargin (%v) is not longer than the renewal interval TTL × Config.RenewFraction (%v), so the lease would be lost before its first renewal",

@@ -221,8 +221,14 @@ func TestAdvisoryLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitClosed(t, lk.Lost(), "the lock's loss")
-	c := collect(t, reader)
 	name := otelpglocks.KeyName.String(key.String())
+	// The loss is reported from the Locker's own goroutine, not
+	// necessarily before Lost closes (pglocks.Observer: not guaranteed).
+	var c collected
+	deadline := time.Now().Add(30 * time.Second)
+	for c = collect(t, reader); c.sum("pglocks.held", kindAdvisory) != 0 && time.Now().Before(deadline); c = collect(t, reader) {
+		<-time.After(5 * time.Millisecond)
+	}
 	mode := otelpglocks.KeyMode.String("wait")
 	if got := c.sum("pglocks.acquire.attempts", kindAdvisory, result("acquired"), mode, name); got != 1 {
 		t.Errorf("acquired (wait, named) = %d, want 1", got)

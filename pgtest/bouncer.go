@@ -65,9 +65,11 @@ var ErrNoBouncer = errors.New("pgtest: no pgbouncer binary (install Debian's pgb
 // Bouncer is a real PgBouncer that pgtest started in front of a [Server].
 // Every database of the server is reachable through it under its own name
 // (a "*" fallback entry), as the user the client names. It listens on a
-// free port (clients from loopback and from the partition links only: see
-// [Partitionable]) and keeps its files in a temp dir, both removed by
-// [Bouncer.Close]; should the process die first, a watchdog kills it.
+// free port — on loopback, and, where partition links can be made (Linux,
+// as root: see [Partitionable]), on every address but for clients from
+// loopback and the links' range only — and keeps its files in a temp dir,
+// both removed by [Bouncer.Close]; should the process die first, a
+// watchdog kills it.
 type Bouncer struct {
 	mode   PoolMode
 	set    bouncerSettings
@@ -160,11 +162,16 @@ func bouncerBinary() (string, error) {
 // writeConfig writes pgbouncer.ini, its hba file and the user list.
 // Clients are trusted (the server decides who may log in: its own
 // pg_hba.conf); a server reached with a password (PGTEST_DSN) is logged
-// into as that user. Like a local-mode server, the bouncer listens beyond
-// loopback for the partition links' range only (its hba file rejects every
-// other address), so that a [Partitionable] proxy in front of it cuts
-// PgBouncer's own client connections.
+// into as that user. Where partition links can be made (linksUsable), the
+// bouncer listens beyond loopback for the links' range only (its hba file
+// rejects every other address), so that a [Partitionable] proxy in front
+// of it cuts PgBouncer's own client connections; elsewhere it listens on
+// loopback only.
 func (b *Bouncer) writeConfig(target *pgconn.Config) error {
+	listen, hba := "127.0.0.1", "host all all 127.0.0.1/32 trust\n"
+	if linksUsable() {
+		listen, hba = "0.0.0.0", hba+"host all all "+partitionSubnet+" trust\n"
+	}
 	db := fmt.Sprintf("host=%s port=%d", target.Host, target.Port)
 	if target.Password != "" {
 		db += fmt.Sprintf(" user=%s password=%s", iniQuote(target.User), iniQuote(target.Password))
@@ -173,7 +180,7 @@ func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 		"[databases]",
 		"* = " + db,
 		"[pgbouncer]",
-		"listen_addr = 0.0.0.0",
+		"listen_addr = " + listen,
 		"listen_port = " + strconv.Itoa(b.port),
 		"unix_socket_dir =",
 		"auth_type = hba",
@@ -190,7 +197,6 @@ func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 		"log_disconnections = 0",
 		"",
 	}, "\n")
-	hba := "host all all 127.0.0.1/32 trust\nhost all all " + partitionSubnet + " trust\n"
 	if err := os.WriteFile(filepath.Join(b.dir, "hba.conf"), []byte(hba), 0o644); err != nil {
 		return err
 	}

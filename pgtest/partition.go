@@ -26,6 +26,12 @@ type netLink struct {
 	tool         string // "nft" or "iptables": see setupDrops
 }
 
+// linksUsable reports whether partition links can be made here, as far as
+// can be told without making one: on Linux, as root (the namespace and
+// veth steps need CAP_NET_ADMIN, which root has). A listener that serves
+// partition links — a [Bouncer] — listens beyond loopback only then.
+func linksUsable() bool { return runtime.GOOS == "linux" && os.Geteuid() == 0 }
+
 // errNoPartition wraps every reason a partitionable proxy cannot be made.
 var errNoPartition = fmt.Errorf("pgtest: kernel-level partition unavailable (needs root or CAP_NET_ADMIN, ip and nft or iptables, and a local-mode server): %w", ErrUnsupported)
 

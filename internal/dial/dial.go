@@ -3,7 +3,8 @@
 // the way a pgxpool opens its own: from a copy of the pool's ConnConfig,
 // through its BeforeConnect hook (rotated passwords, IAM tokens) and its
 // AfterConnect hook. Only application_name is added to the startup packet,
-// which every pooler accepts; session settings are sent after connecting.
+// which every pooler accepts; session settings are sent after connecting,
+// and only once a check (a pooler probe) has accepted the connection.
 package dial
 
 import (
@@ -11,7 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,10 +36,23 @@ type Options struct {
 	// deadline, which leaves the connection usable, rather than by a cancel
 	// request on a new TCP connection (pgx's default).
 	DeadlineInterrupt bool
+	// Check, if set, judges the connection once the backend's pid is known
+	// (Conn.BackendPID, Conn.InRecovery) and before Settings and
+	// IdleSessionTimeout are sent: a pooler probe, say. If it fails the
+	// connection is closed, the dial fails with its error as is, and no
+	// setting was sent — behind a transaction-mode pooler a SET would stay
+	// on a server session that other clients use next.
+	Check func(ctx context.Context, c Conn) error
 	// Settings, if set, returns SQL (simple protocol, any number of
-	// statements, no rows) run once connected and before anything else; if
-	// it fails the connection is closed and the dial fails.
+	// statements, no rows) run once connected (and checked) and before
+	// anything else; if it fails the connection is closed and the dial
+	// fails.
 	Settings func(pc *pgconn.PgConn) string
+	// IdleSessionTimeout, if positive, is set as the session's
+	// idle_session_timeout after Settings, on PostgreSQL 14 and later
+	// (older servers have no such setting: nothing is sent). See
+	// [Heartbeat] for a connection that waits for notifications.
+	IdleSessionTimeout time.Duration
 }
 
 // Conn is a dedicated connection and the process id of the server backend
@@ -92,43 +109,67 @@ func Dedicated(ctx context.Context, pool *pgxpool.Config, o Options) (Conn, erro
 			return Conn{}, fmt.Errorf("AfterConnect: %w", err)
 		}
 	}
-	c, err := settle(ctx, conn.PgConn(), o.Settings)
+	c, err := o.settle(ctx, conn)
 	if err != nil {
 		_ = conn.Close(ctx)
 		return Conn{}, err
 	}
+	return c, nil
+}
+
+// settle reads the backend's pid and recovery state and runs the settings:
+// in one round trip when there is no Check, else the settings only after
+// the Check accepted the connection.
+func (o Options) settle(ctx context.Context, conn *pgx.Conn) (Conn, error) {
+	pc := conn.PgConn()
+	settings := func(pc *pgconn.PgConn) string {
+		var parts []string
+		if o.Settings != nil {
+			parts = append(parts, o.Settings(pc))
+		}
+		if o.IdleSessionTimeout > 0 {
+			parts = append(parts, IdleSessionTimeout(pc, o.IdleSessionTimeout))
+		}
+		return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), "; ")
+	}
+	if o.Check == nil {
+		c, err := identify(ctx, pc, settings)
+		c.Conn = conn
+		return c, err
+	}
+	c, err := identify(ctx, pc, nil)
+	if err != nil {
+		return Conn{}, err
+	}
 	c.Conn = conn
+	if err := o.Check(ctx, c); err != nil {
+		return Conn{}, err
+	}
+	if o.Settings == nil && o.IdleSessionTimeout <= 0 {
+		return c, nil
+	}
+	if _, err := run(ctx, pc, func() string { return settings(pc) }); err != nil {
+		return Conn{}, fmt.Errorf("session settings: %w", err)
+	}
 	return c, nil
 }
 
 // settleTries bounds the runs of the settings that a statement_timeout
-// cancels (see settle).
+// cancels (see run).
 const settleTries = 3
 
-// settle runs the settings and reads the backend pid and whether the
-// server is in recovery, in one round trip. The settings' first statement
-// runs under the role's or database's statement_timeout (each statement of
-// a simple query is timed on its own), so a timeout shorter than a
-// scheduling stall of the server can cancel it; nothing took effect then
-// (the statements form one implicit transaction), and settle runs them
-// again, up to settleTries times in all.
-func settle(ctx context.Context, pc *pgconn.PgConn, settings func(*pgconn.PgConn) string) (Conn, error) {
-	var (
-		res []*pgconn.Result
-		err error
-	)
-	for range settleTries {
+// identify reads the backend pid and whether the server is in recovery,
+// after the settings if any, in one round trip.
+func identify(ctx context.Context, pc *pgconn.PgConn, settings func(*pgconn.PgConn) string) (Conn, error) {
+	res, err := run(ctx, pc, func() string {
 		sql := "select pg_backend_pid(), pg_is_in_recovery()"
 		if settings != nil {
 			if s := settings(pc); s != "" {
 				sql = s + "; " + sql
 			}
 		}
-		res, err = pc.Exec(ctx, sql).ReadAll()
-		if !cancelledByTimeout(ctx, err) {
-			break
-		}
-	}
+		return sql
+	})
 	if err != nil {
 		return Conn{}, fmt.Errorf("session settings: %w", err)
 	}
@@ -141,6 +182,26 @@ func settle(ctx context.Context, pc *pgconn.PgConn, settings func(*pgconn.PgConn
 		return Conn{}, fmt.Errorf("session settings: pg_backend_pid() = %q: %w", last.Rows[0][0], err)
 	}
 	return Conn{BackendPID: uint32(pid), InRecovery: string(last.Rows[0][1]) == "t"}, nil
+}
+
+// run runs the SQL sql returns. Its first statement runs under the role's
+// or database's statement_timeout (each statement of a simple query is
+// timed on its own), so a timeout shorter than a scheduling stall of the
+// server can cancel it; nothing took effect then (the statements form one
+// implicit transaction), and run runs it again, up to settleTries times in
+// all.
+func run(ctx context.Context, pc *pgconn.PgConn, sql func() string) ([]*pgconn.Result, error) {
+	var (
+		res []*pgconn.Result
+		err error
+	)
+	for range settleTries {
+		res, err = pc.Exec(ctx, sql()).ReadAll()
+		if !cancelledByTimeout(ctx, err) {
+			break
+		}
+	}
+	return res, err
 }
 
 // cancelledByTimeout reports whether err is the server's query_canceled

@@ -60,3 +60,41 @@ func TestSettingsCancelledByStatementTimeout(t *testing.T) {
 		}
 	}
 }
+
+// Check runs once the backend's pid is known and before any setting:
+// refused, the dial fails with its error as is and sends no setting;
+// accepted, Settings and then IdleSessionTimeout follow.
+func TestCheckBeforeSettings(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	cfg, err := pgxpool.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	refused := errors.New("refused")
+	var settings atomic.Int64
+	o := dial.Options{
+		Settings:           func(*pgconn.PgConn) string { settings.Add(1); return "set lock_timeout = '7s'" },
+		IdleSessionTimeout: 3 * time.Second,
+	}
+	var seen uint32
+	o.Check = func(_ context.Context, c dial.Conn) error { seen = c.BackendPID; return refused }
+	if _, err := dial.Dedicated(ctx, cfg, o); !errors.Is(err, refused) || settings.Load() != 0 || seen == 0 {
+		t.Fatalf("refused by Check: %v, settings run %d times, Check saw pid %d; want the Check's error, none, a pid", err, settings.Load(), seen)
+	}
+	o.Check = func(context.Context, dial.Conn) error { return nil }
+	c, err := dial.Dedicated(ctx, cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var lock, idle string
+	if err := c.QueryRow(ctx, "select current_setting('lock_timeout'), current_setting('idle_session_timeout')").Scan(&lock, &idle); err != nil {
+		t.Fatal(err)
+	}
+	if lock != "7s" || idle != "3s" || c.BackendPID == 0 {
+		t.Errorf("accepted: lock_timeout %q, idle_session_timeout %q, pid %d; want 7s, 3s and a pid", lock, idle, c.BackendPID)
+	}
+}
