@@ -21,13 +21,18 @@ func init() { helpers["shell"] = jobShell }
 
 // jobShell is a shell with job control reduced to one job, as the tests'
 // terminal needs: it leads the terminal's session (its stdin), runs its
-// arguments as a foreground job in a process group of their own, and when
-// the job stops (Ctrl-Z) it says "stopped" on stdout, takes the terminal
-// back and resumes the job in the foreground (fg).
+// arguments as a job in a process group of their own, in the foreground
+// (or in the background, `job &`, with PGLOCKS_TEST_SHELL_BG=1), and when
+// the job stops (Ctrl-Z, or reading the terminal from the background) it
+// says "stopped" on stdout, takes the terminal back and resumes the job in
+// the foreground (fg).
 func jobShell() int {
 	cmd := exec.Command(os.Args[1], os.Args[2:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Foreground: true, Ctty: 0}
+	if os.Getenv("PGLOCKS_TEST_SHELL_BG") == "1" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "shell:", err)
 		return 1
@@ -68,13 +73,35 @@ type ttyRun struct {
 
 func (c cli) onTerminal(t *testing.T, script string) *ttyRun {
 	t.Helper()
+	return c.onTerminalWith(t, script, ttyOptions{})
+}
+
+// ttyOptions say how jobShell runs pglocks: in the background (`&`), on a
+// terminal set to stop background writers (stty tostop).
+type ttyOptions struct{ background, tostop bool }
+
+func (c cli) onTerminalWith(t *testing.T, script string, o ttyOptions) *ttyRun {
+	t.Helper()
 	master, slave := openPTY(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.tostop {
+		tio, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tio.Lflag |= unix.TOSTOP
+		if err := unix.IoctlSetTermios(int(slave.Fd()), unix.TCSETS, tio); err != nil {
+			t.Fatal(err)
+		}
+	}
 	shell := exec.Command(self, binary, "run", "tty", "--", "sh", "-c", script)
 	shell.Env = append(os.Environ(), "DATABASE_URL="+c.dsn, "PGLOCKS_TEST_HELPER=shell")
+	if o.background {
+		shell.Env = append(shell.Env, "PGLOCKS_TEST_SHELL_BG=1")
+	}
 	shell.Stdin, shell.Stderr = slave, os.Stderr
 	shell.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	stdout, err := shell.StdoutPipe()
@@ -193,6 +220,27 @@ func TestRunOnTerminal(t *testing.T) {
 		r.typeKeys(t, "hello\n")
 		if code := r.status(t); code != 0 {
 			t.Fatalf("status %d after Ctrl-Z and fg, want 0: CMD did not read hello", code)
+		}
+	})
+	// `pglocks run … &` whose CMD reads the terminal: CMD stops (SIGTTIN),
+	// and pglocks' job must stop too, so that the shell sees it and fg
+	// resumes it with the terminal. Before, pglocks ran on and the shell
+	// never saw the job stop: fg hung for ever, holding the lock.
+	t.Run("BackgroundRead", func(t *testing.T) {
+		r := c.onTerminalWith(t, `echo ready; read x; test "$x" = hello`, ttyOptions{background: true})
+		r.expect(t, "stopped")
+		r.typeKeys(t, "hello\n")
+		if code := r.status(t); code != 0 {
+			t.Fatalf("status %d after fg, want 0: CMD did not read hello", code)
+		}
+	})
+	// The same with stty tostop and a CMD that writes to the terminal
+	// (SIGTTOU).
+	t.Run("BackgroundWrite", func(t *testing.T) {
+		r := c.onTerminalWith(t, `echo ready; echo to-the-terminal >&0`, ttyOptions{background: true, tostop: true})
+		r.expect(t, "stopped")
+		if code := r.status(t); code != 0 {
+			t.Fatalf("status %d after fg, want 0: CMD did not write to the terminal", code)
 		}
 	})
 }
