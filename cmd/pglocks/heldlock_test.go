@@ -58,7 +58,7 @@ func TestRunKilledKeepsLockUntilJobDead(t *testing.T) {
 func TestRunCommandInheritsNoSocket(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	out, errOut, code := c.run("run", "fds", "--", "sh", "-c", `for f in /proc/$$/fd/*; do readlink "$f"; done`)
+	out, errOut, code := c.run("run", "fds", "--", "sh", "-c", `for f in /proc/$$/fd/*; do readlink "$f"; done; exit 0`)
 	if code != 0 || !strings.Contains(out, "pipe:") {
 		t.Fatalf("status %d, stdout %q, stderr %q: want 0 and CMD's open files", code, out, errOut)
 	}
