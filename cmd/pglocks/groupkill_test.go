@@ -26,7 +26,7 @@ func TestRunGroupKilled(t *testing.T) {
 		e := newJobEnv(t, nil)
 		s := newStamped(t)
 		cmd := e.c.command(append([]string{"run", "grouped", "--"}, s.argv(t, true, 0)...)...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // as setsid(1) or a shell's job
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // as setsid(1): a session and group of its own
 		h := e.c.holdCmd(cmd)
 		w := s.started(t)
 		if err := unix.Kill(-h.cmd.Process.Pid, unix.SIGKILL); err != nil {
