@@ -4,12 +4,15 @@ package main_test
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -122,7 +125,7 @@ func (c cli) onTerminalWith(t *testing.T, script string, o ttyOptions) *ttyRun {
 		close(r.done)
 	}()
 	t.Cleanup(func() {
-		_ = unix.Kill(-shell.Process.Pid, unix.SIGKILL) // the session's groups: shell's
+		killSession(t, shell.Process.Pid) // every group of it: a background pglocks' too
 		<-r.done
 		master.Close()
 	})
@@ -243,4 +246,30 @@ func TestRunOnTerminal(t *testing.T) {
 			t.Fatalf("status %d after fg, want 0: CMD did not write to the terminal", code)
 		}
 	})
+}
+
+// killSession SIGKILLs every process of session sid: the shell's group,
+// and pglocks' and CMD's, which hold the stdout the test reads.
+func killSession(t *testing.T, sid int) {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "PID (COMM) STATE PPID PGRP SESSION …": fields after the last ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 3 && f[3] == strconv.Itoa(sid) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
 }
