@@ -3,7 +3,6 @@
 package main
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -30,7 +29,11 @@ type direct struct {
 	werr      error
 }
 
-func startJob(argv []string, killAfter time.Duration, _ io.Writer) (job, error) {
+func startJob(spec jobSpec) (job, error) {
+	argv, killAfter := spec.argv, spec.killAfter
+	if spec.session != nil {
+		spec.session.Close()
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	group := !isTerminal(os.Stdin) && setGroup(cmd)
@@ -68,7 +71,16 @@ func (d *direct) stop() {
 	})
 }
 
+// trust: there is no supervisor here to stop the job should pglocks be
+// stopped.
+func (d *direct) trust(time.Time) {}
+
+func (d *direct) expired() <-chan struct{} { return nil }
+
 func (d *direct) done() <-chan struct{} { return d.exited }
+
+// contSignals: nothing is passed on besides the forwarded signals.
+var contSignals []os.Signal
 
 func (d *direct) err() error { return d.werr }
 

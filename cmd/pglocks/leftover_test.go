@@ -81,21 +81,25 @@ exit 3
 }
 
 // Should the supervisor alone be killed, pglocks (a subreaper too) kills
-// what is left of the job before it releases the lock.
+// what is left of the job before it releases the lock, says so, and exits
+// 70: CMD's own status is unknown (before, 137 said "CMD was SIGKILLed").
 func TestRunSupervisorKilled(t *testing.T) {
 	t.Parallel()
 	e := newJobEnv(t, nil)
 	dir := t.TempDir()
 	lines, pidFile := filepath.Join(dir, "lines"), filepath.Join(dir, "pid")
-	h := e.c.holdArgv([]string{"run", "orphaned"}, "sh", "-c", jobScript, "job", lines, pidFile)
+	cmd := e.c.command("run", "orphaned", "--", "sh", "-c", jobScript, "job", lines, pidFile)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	h := e.c.holdCmd(cmd)
 	w := watchWorker(t, pidFile)
 	waitLines(t, lines, 2)
 	sup := childOf(t, h.cmd.Process.Pid)
 	if err := unix.Kill(sup, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if code := h.wait(t); code != 128+9 {
-		t.Fatalf("status %d after the supervisor was killed, want 137", code)
+	if code := h.wait(t); code != 70 || !strings.Contains(errOut.String(), "supervisor") {
+		t.Fatalf("status %d after the supervisor was killed, stderr %q; want 70 and a line on the supervisor", code, errOut.String())
 	}
 	if !w.exitedBy(time.Now()) {
 		t.Fatal("pglocks exited (and released the lock) while the job's worker still ran")

@@ -28,8 +28,11 @@
 //	66  break: no lease of that name
 //	69  the database cannot be reached or refused an operation
 //	75  the lock is held elsewhere (and --wait, if given, ran out)
-//	76  the lock was lost while the job ran; every process of the job was
-//	    sent SIGTERM, then SIGKILL at --kill-after, and none is left
+//	70  the supervisor of the job (see below) was killed; CMD's status is
+//	    unknown, and none of the job's processes is left
+//	76  the lock was lost while the job ran (or its trust deadline passed:
+//	    pglocks was stopped or hung); every process of the job was sent
+//	    SIGTERM, then SIGKILL at --kill-after, and none is left
 //	128+N  CMD was killed by signal N
 //
 // The job is CMD and every process it starts, in CMD's process group or
@@ -40,36 +43,73 @@
 //   - when CMD exits, what it left running gets the same, and the lock is
 //     released only once no process of the job is left: the job never
 //     runs unlocked;
-//   - should pglocks be killed outright (SIGKILL, a crash), every process
-//     of the job is SIGKILLed at once, and the server frees the lock
+//   - should pglocks be killed outright (SIGKILL, a crash), alone or with
+//     its whole process group (kill -9 -PGID; timeout -k once its grace
+//     is over), every process of the job is SIGKILLed at once
 //     (TestRunStopsTheWholeJob: the job's worker died at most 64 ms after
 //     the kill -9 over 120 trials on a loaded 2-core machine, median
-//     1.5–10 ms; no line of it was written after the kill).
+//     1.5–10 ms). An advisory lock is freed by the server only once the
+//     job is dead (TestRunKilledKeepsLockUntilJobDead, 20 trials with 103
+//     processes in the job: a session waiting for the lock got it 3 ms or
+//     more, median 4 ms, after the worker's last write; the worker died
+//     at most 23 ms after the kill); a lease at the end of its TTL;
+//   - should pglocks stop (SIGSTOP, a Ctrl-Z left for long) or hang, it
+//     renews nothing, and the lock is freed in time: a lease at the end of
+//     its TTL, an advisory lock when the server ends the silent session
+//     (after 10 s, 8 s if the network is cut). The job is stopped before
+//     then, as on a loss: with a lease at its trust deadline (TTL − TTL/10
+//     after the send of its last renewal), with an advisory lock 7 s after
+//     its session last answered; pglocks exits 76 once it runs again
+//     (TestRunStoppedPglocks, SIGSTOP of pglocks, 10 trials each: with a
+//     2s lease the worker's last write came 196 ms or more before the
+//     lease expired, with an advisory lock 2.99 s or more before another
+//     session got it). A job that ignores SIGTERM has --kill-after more.
+//
+// pglocks exits 76 too when the lock is found lost only as CMD exits (the
+// release says so), and 70 when its supervisor (below) was killed alone:
+// then CMD's own status is unknown, and every process left of the job was
+// SIGKILLed before the lock was released.
 //
 // To that end pglocks runs CMD under a supervising child, this binary
-// re-executed as pglocks-supervisor (an internal mode, not a command):
-// the supervisor puts CMD in a process group of its own and is the job's
-// subreaper, so that a process that leaves the group (setsid) and whose
-// parent exits (a double fork) is still its descendant, found by walking
-// /proc. pglocks tells it of a loss and of signals to forward over a pipe
-// whose EOF tells it that pglocks is gone. Should the supervisor alone be
-// killed, CMD gets SIGKILL from the kernel and pglocks, a subreaper too,
-// kills the rest before it releases the lock. Not covered: processes
-// handed to another service (systemd-run, at, a daemon the job talks to),
-// and pglocks and its supervisor killed at once (pkill -9 pglocks): then
-// CMD is SIGKILLed, but what it started runs on.
+// re-executed as pglocks-supervisor (an internal mode, not a command;
+// from /proc/self/exe, or the path pglocks was started by when there is
+// no /proc). The supervisor leads a process group of its own, puts CMD in
+// another and is the job's subreaper, so that a process that leaves the
+// group (setsid) and whose parent exits (a double fork) is still its
+// descendant, found by walking /proc. pglocks sends it, over a socket
+// whose EOF tells it that pglocks is gone, the signals to forward, the
+// loss of the lock, and the lock's trust deadline on the system's
+// monotonic clock after each renewal (a lease) or answered ping (an
+// advisory lock): should the deadline pass, pglocks is stopped or hung,
+// and the supervisor stops the job (a dead-man's switch). With an
+// advisory lock the supervisor also holds a duplicate of the lock
+// session's socket, which it never uses: the server sees the session end
+// only once the supervisor has exited, after the job. Should the
+// supervisor alone be killed, CMD gets SIGKILL from the kernel and
+// pglocks, a subreaper too, kills the rest before it releases the lock.
+// Not covered: processes handed to another service (systemd-run, at, a
+// daemon the job talks to); pglocks and its supervisor both killed (pkill
+// -9 pglocks): then CMD is SIGKILLed, but what it started runs on; the
+// supervisor stopped (SIGSTOP); a machine that sleeps (suspend), as the
+// monotonic clock stops meanwhile.
 //
 // SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pglocks are forwarded to
-// CMD's process group. When stdin is the terminal and pglocks is in its
-// foreground, CMD's group gets the terminal: Ctrl-C and Ctrl-\ reach it,
-// it reads the terminal, and Ctrl-Z stops it and pglocks (fg resumes
-// both).
+// CMD's process group, with a SIGCONT so that a stopped CMD acts on them;
+// a signal ignored when pglocks starts (nohup's SIGHUP, a background
+// job's SIGINT) is not forwarded, and CMD inherits it ignored. When stdin
+// is the controlling terminal, CMD's group gets the terminal if pglocks is
+// in its foreground: Ctrl-C and Ctrl-\ reach CMD, it reads the terminal,
+// and Ctrl-Z stops it and pglocks. A CMD that stops otherwise on the
+// terminal (reading it, or writing it with stty tostop, from the
+// background: pglocks run … &) stops pglocks' process group too, so that
+// the shell sees the job stop; fg or bg continues pglocks, which
+// continues CMD, with the terminal after fg.
 //
 // Elsewhere than Linux it is best effort: CMD leads a process group of its
 // own, signalled as a whole (unless stdin is a terminal: then CMD stays in
 // pglocks' group, and only CMD is signalled); a process that leaves the
-// group is not found, and should pglocks be killed outright the job runs
-// on without the lock.
+// group is not found, and should pglocks be killed outright, or stopped,
+// the job runs on without the lock.
 //
 // The database is --dsn, else DATABASE_URL, else libpq's PG* environment
 // variables (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD, …).
@@ -96,6 +136,7 @@ const (
 	exitUsage       = 64
 	exitNotFound    = 66
 	exitUnavailable = 69
+	exitSoftware    = 70
 	exitBusy        = 75
 	exitLost        = 76
 )

@@ -93,7 +93,13 @@ func (c cli) hold(args []string, script string) *holder {
 // it returns once CMD is running under the lock.
 func (c cli) holdArgv(args []string, argv ...string) *holder {
 	c.t.Helper()
-	cmd := c.command(append(append(args, "--"), argv...)...)
+	return c.holdCmd(c.command(append(append(args, "--"), argv...)...))
+}
+
+// holdCmd starts cmd, a pglocks run (perhaps under a wrapper) whose CMD
+// prints ready first; it returns once CMD is running under the lock.
+func (c cli) holdCmd(cmd *exec.Cmd) *holder {
+	c.t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		c.t.Fatal(err)
@@ -102,7 +108,9 @@ func (c cli) holdArgv(args []string, argv ...string) *holder {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}

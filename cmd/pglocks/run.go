@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/sessionfd"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -24,6 +22,15 @@ type held struct {
 	err     func() error
 	release func(context.Context) error
 	close   func(context.Context)
+	// trusted returns the local deadline until which the lock is held
+	// for sure (the supervisor stops the job if it is not extended).
+	trusted func() time.Time
+	// session returns a duplicate of the socket of the lock's session
+	// (nil for a lease, whose TTL outlives pglocks anyway).
+	session func() (*os.File, error)
+	// notHeld reports whether an error of release says the lock was lost
+	// before.
+	notHeld func(error) bool
 }
 
 const runHelp = `usage: pglocks run [flags] NAME -- CMD [ARGS...]
@@ -31,7 +38,7 @@ const runHelp = `usage: pglocks run [flags] NAME -- CMD [ARGS...]
 Runs CMD while holding the lock NAME: a session advisory lock, or with
 --lease a lease renewed in the background. Exits with CMD's status (128+N
 if a signal N killed it), 75 if NAME is held elsewhere, 76 if the lock was
-lost while the job ran.
+lost while the job ran, 70 if pglocks' supervisor of the job was killed.
 
 The job is CMD and every process it starts, in its process group or not
 (setsid, double fork). On Linux no process of the job outlives the lock:
@@ -39,12 +46,17 @@ The job is CMD and every process it starts, in its process group or not
     exits 76 once none is left;
   - CMD exits: what it left running gets the same, and the lock is
     released once none is left: the job never runs unlocked;
-  - pglocks SIGKILLed: all are SIGKILLed at once (within 64 ms in our
-    tests, usually a few ms), and the server frees the lock.
+  - pglocks SIGKILLed, alone or with its process group (timeout -k): all
+    are SIGKILLed at once (within 64 ms in our tests, usually a few ms),
+    and the server frees an advisory lock only once none is left;
+  - pglocks stopped or hung: all get SIGTERM before the lock can be freed
+    (at a lease's trust deadline; 7s after an advisory lock's session last
+    answered), SIGKILL at --kill-after; pglocks exits 76 once it runs.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pglocks go to CMD's process
-group; on a terminal, CMD's group has the terminal. Processes handed to a
-service (systemd-run, at, a daemon) are not the job's. Elsewhere than
-Linux, CMD's process group only, and not after a SIGKILL of pglocks.
+group, unless ignored when pglocks started (nohup); on a terminal, CMD's
+group has the terminal. Processes handed to a service (systemd-run, at, a
+daemon) are not the job's. Elsewhere than Linux, CMD's process group only,
+and not after a SIGKILL or SIGSTOP of pglocks.
 
 Flags:
 `
@@ -95,7 +107,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // takeLock takes the session advisory lock KeyOf(name).
 func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Duration) (*held, error) {
-	locker, err := advisory.New(pool, advisory.Config{ApplicationName: "pglocks run", Logger: loggerOf(ctx)})
+	cfg := lockConfig(ctx)
+	locker, err := advisory.New(pool, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -130,13 +143,51 @@ func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Du
 		closeLocker(context.Background())
 		return nil, err
 	}
-	return &held{
+	trust := serverHold(cfg) - trustMargin
+	h := &held{
 		lost:    lk.Lost(),
 		err:     lk.Err,
 		release: lk.Unlock,
 		close:   closeLocker,
-	}, nil
+		trusted: func() time.Time { return lk.VerifiedAt().Add(trust) },
+		// An unlock that fails because the session died says the lock
+		// was lost (Err); one the server refused leaves it held.
+		notHeld: func(err error) bool { return errors.Is(err, advisory.ErrNotHeld) || lk.Err() != nil },
+	}
+	if sessionfd.File != nil { // Linux
+		h.session = func() (*os.File, error) { return sessionfd.File(lk) }
+	}
+	return h, nil
 }
+
+// lockConfig is pglocks run's advisory Config: the defaults, spelled out
+// because the trust deadline of a lock derives from them (serverHold).
+func lockConfig(ctx context.Context) advisory.Config {
+	return advisory.Config{
+		ApplicationName:    "pglocks run",
+		Logger:             loggerOf(ctx),
+		TCPUserTimeout:     advisory.DefaultTCPUserTimeout,
+		KeepalivesIdle:     advisory.DefaultKeepalivesIdle,
+		KeepalivesInterval: advisory.DefaultKeepalivesInterval,
+		KeepalivesCount:    advisory.DefaultKeepalivesCount,
+	}
+}
+
+// serverHold is how long, at least, the server keeps a lock session it
+// hears nothing from (its holder stopped, or cut off) before it ends it
+// and frees its locks: its idle_session_timeout and tcp_user_timeout
+// (TCPUserTimeout), or its TCP keepalives when the network is cut
+// (see advisory.Config). A lock's last answered round trip (VerifiedAt)
+// plus serverHold is the earliest the server may free it.
+func serverHold(c advisory.Config) time.Duration {
+	return min(c.TCPUserTimeout, c.KeepalivesIdle+c.KeepalivesInterval*time.Duration(c.KeepalivesCount))
+}
+
+// trustMargin is how long before the earliest moment the server may free
+// an advisory lock the supervisor stops the job when pglocks has not
+// confirmed the lock since (it is stopped or hung): time for the job to
+// act on SIGTERM. 8s − 1s with the defaults.
+const trustMargin = time.Second
 
 // unreachable reports whether a wait that ran out was failing to open a
 // session (the error names the last cause), rather than waiting for a
@@ -178,71 +229,12 @@ func takeLease(ctx context.Context, pool *pgxpool.Pool, name string, ttl, wait t
 		closeStore(context.Background())
 		return nil, err
 	}
-	return &held{lost: ls.Lost(), err: ls.Err, release: ls.Release, close: closeStore}, nil
-}
-
-// runHolding runs argv as a job (see startJob) while h is held, forwards
-// signals to it, stops the whole job if h is lost, and releases h once no
-// process of the job is left.
-func runHolding(h *held, argv []string, killAfter time.Duration, stderr io.Writer) error {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, os.Interrupt)
-	defer signal.Stop(sigs)
-	j, err := startJob(argv, killAfter, stderr)
-	if err != nil {
-		release(h)
-		return err
-	}
-	lost := false
-	for {
-		select {
-		case <-j.done():
-			if lost {
-				return exitCode(exitLost)
-			}
-			release(h)
-			return statusOf(j.err())
-		case s := <-sigs:
-			j.forward(s)
-		case <-h.lost:
-			h.lost = nil
-			lost = true
-			fmt.Fprintf(stderr, "pglocks: lock lost while %s ran (%v); sending SIGTERM\n", argv[0], h.err())
-			j.stop()
-		}
-	}
-}
-
-// job is CMD and the processes it starts, run under the lock.
-type job interface {
-	// forward sends a signal pglocks received to CMD's process group.
-	forward(os.Signal)
-	// stop stops every process of the job: SIGTERM now, SIGKILL at
-	// --kill-after.
-	stop()
-	// done is closed once no process of the job is left.
-	done() <-chan struct{}
-	// err is CMD's exit, for statusOf, once done is closed.
-	err() error
-}
-
-func release(h *held) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = h.release(ctx)
-}
-
-// statusOf turns CMD's exit into pglocks' exit status.
-func statusOf(err error) error {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		if err != nil {
-			return err
-		}
-		return nil
-	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return exitCode(128 + int(ws.Signal()))
-	}
-	return exitCode(ee.ExitCode())
+	return &held{
+		lost:    ls.Lost(),
+		err:     ls.Err,
+		release: ls.Release,
+		close:   closeStore,
+		trusted: ls.TrustedUntil, // send time of the last renewal + TTL − TTL/10
+		notHeld: func(err error) bool { return errors.Is(err, lease.ErrNotHeld) },
+	}, nil
 }

@@ -1,23 +1,26 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// terminal is the controlling terminal on stdin, which CMD's process group
-// gets when pglocks' group has it: Ctrl-C and Ctrl-Z then reach CMD's
-// group (and not pglocks'), and CMD reads the terminal.
+// terminal is the controlling terminal on stdin. CMD's process group gets
+// it when pglocks' group has it: Ctrl-C and Ctrl-Z then reach CMD's group
+// (and not pglocks'), and CMD reads the terminal.
 type terminal struct {
-	fg  bool // pglocks' group had the terminal: CMD's group gets it
+	ok  bool // stdin is the controlling terminal
+	fg  bool // pglocks' group had the terminal at the start: CMD's group gets it
 	own int  // pglocks' process group, to give it back to
 }
 
-func terminalOf() terminal {
-	own := unix.Getpgrp()
+// terminalOf returns stdin's terminal, as pglocks' group (own) sees it.
+func terminalOf(own int) terminal {
 	pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP) // ENOTTY: not our terminal
-	return terminal{fg: err == nil && pgrp == own, own: own}
+	return terminal{ok: err == nil, fg: err == nil && pgrp == own, own: own}
 }
 
 // foreground returns the terminal's foreground process group.
@@ -30,9 +33,9 @@ func (t terminal) foreground() int {
 }
 
 // reclaim gives the terminal back to pglocks' group if group pgrp (any
-// other group, if 0) still has it: a shell that took it back keeps it.
+// other group, if 0) has it: a shell that took it back keeps it.
 func (t terminal) reclaim(pgrp int) {
-	if !t.fg {
+	if !t.ok {
 		return
 	}
 	if fg := t.foreground(); fg > 0 && fg != t.own && (pgrp == 0 || fg == pgrp) {
@@ -40,42 +43,68 @@ func (t terminal) reclaim(pgrp int) {
 	}
 }
 
-// give gives the terminal to group pgrp if pglocks' group has it.
+// give gives the terminal to group pgrp if pglocks' group has it now
+// (whatever it had at the start: a job started with & and then fg).
 func (t terminal) give(pgrp int) {
-	if t.fg && t.foreground() == t.own {
+	if t.ok && t.foreground() == t.own {
 		_ = unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, pgrp)
 	}
 }
 
-// cmdStopped: CMD, which has the terminal, was stopped (Ctrl-Z). As the
-// shell sees pglocks only, pglocks' group stops too (the supervisor
-// with it), after taking the terminal back; the shell's fg or bg continues
-// it, and resume continues CMD. Without a shell to do so (an orphaned
-// group), CMD is continued at once, as the kernel does not stop such a
-// group on Ctrl-Z.
-func (s *supervisor) cmdStopped() {
-	if !s.tty.fg || s.cmdDone {
+// cmdStopped: CMD was stopped with signal sig on a terminal: Ctrl-Z
+// (SIGTSTP), or reading it (SIGTTIN) or writing it with stty tostop
+// (SIGTTOU) from the background, or SIGSTOP. As the shell sees pglocks'
+// group only, that group stops too, with the same signal, after taking
+// the terminal back, so that the shell sees its job stop; its fg or bg
+// continues pglocks, which tells the supervisor (resume). pglocks ignores
+// SIGTTOU (it writes its messages from the background): SIGTSTP stands
+// in for it.
+func (s *supervisor) cmdStopped(sig syscall.Signal) {
+	if !s.tty.ok || s.cmdDone || s.stopping {
 		return // not a terminal's job: whoever stopped CMD continues it
 	}
+	if (sig == unix.SIGTTIN || sig == unix.SIGTTOU) && s.tty.foreground() == s.tty.own {
+		s.cont() // pglocks' group has the terminal (fg came first): CMD gets it
+		return
+	}
 	if orphaned(s.tty.own) {
-		_ = unix.Kill(-s.pid, unix.SIGCONT)
+		s.stoppedOrphan(sig)
 		return
 	}
 	s.tty.reclaim(s.pid)
-	s.suspended = true
-	_ = unix.Kill(0, syscall.SIGTSTP)
+	if sig == unix.SIGTTOU {
+		sig = unix.SIGTSTP
+	}
+	_ = unix.Kill(-s.tty.own, sig)
 }
 
-// resume continues CMD once pglocks' group is continued (SIGCONT: fg or
-// bg), giving it the terminal if pglocks' group has it (fg).
+// stoppedOrphan: CMD stopped, but pglocks' group is orphaned: no shell
+// would continue it. On Ctrl-Z CMD is continued at once, as the kernel
+// does not stop such a group on Ctrl-Z. Stopped on the terminal from the
+// background, it would only stop again: it stays stopped, and pglocks
+// says so once.
+func (s *supervisor) stoppedOrphan(sig syscall.Signal) {
+	switch {
+	case sig == unix.SIGTSTP:
+		s.cont()
+	case (sig == unix.SIGTTIN || sig == unix.SIGTTOU) && !s.warnedTTY:
+		s.warnedTTY = true
+		fmt.Fprintf(os.Stderr, "pglocks: %s stopped on the terminal (%v) from the background, and no shell can continue it; "+
+			"it holds the lock until it is continued or killed\n", s.name, sig)
+	}
+}
+
+// resume: pglocks was continued (fg or bg). CMD is continued if it is
+// stopped, with the terminal if pglocks' group has it now (fg).
 func (s *supervisor) resume() {
-	if !s.suspended {
-		return
+	if s.stopped && !s.cmdDone {
+		s.cont()
 	}
-	s.suspended = false
-	if s.cmdDone {
-		return
-	}
+}
+
+// cont continues CMD, giving it the terminal if pglocks' group has it.
+func (s *supervisor) cont() {
 	s.tty.give(s.pid)
+	s.stopped = false
 	_ = unix.Kill(-s.pid, unix.SIGCONT)
 }

@@ -4,12 +4,15 @@ package main_test
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,13 +24,18 @@ func init() { helpers["shell"] = jobShell }
 
 // jobShell is a shell with job control reduced to one job, as the tests'
 // terminal needs: it leads the terminal's session (its stdin), runs its
-// arguments as a foreground job in a process group of their own, and when
-// the job stops (Ctrl-Z) it says "stopped" on stdout, takes the terminal
-// back and resumes the job in the foreground (fg).
+// arguments as a job in a process group of their own, in the foreground
+// (or in the background, `job &`, with PGLOCKS_TEST_SHELL_BG=1), and when
+// the job stops (Ctrl-Z, or reading the terminal from the background) it
+// says "stopped" on stdout, takes the terminal back and resumes the job in
+// the foreground (fg).
 func jobShell() int {
 	cmd := exec.Command(os.Args[1], os.Args[2:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Foreground: true, Ctty: 0}
+	if os.Getenv("PGLOCKS_TEST_SHELL_BG") == "1" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "shell:", err)
 		return 1
@@ -68,13 +76,35 @@ type ttyRun struct {
 
 func (c cli) onTerminal(t *testing.T, script string) *ttyRun {
 	t.Helper()
+	return c.onTerminalWith(t, script, ttyOptions{})
+}
+
+// ttyOptions say how jobShell runs pglocks: in the background (`&`), on a
+// terminal set to stop background writers (stty tostop).
+type ttyOptions struct{ background, tostop bool }
+
+func (c cli) onTerminalWith(t *testing.T, script string, o ttyOptions) *ttyRun {
+	t.Helper()
 	master, slave := openPTY(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.tostop {
+		tio, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tio.Lflag |= unix.TOSTOP
+		if err := unix.IoctlSetTermios(int(slave.Fd()), unix.TCSETS, tio); err != nil {
+			t.Fatal(err)
+		}
+	}
 	shell := exec.Command(self, binary, "run", "tty", "--", "sh", "-c", script)
 	shell.Env = append(os.Environ(), "DATABASE_URL="+c.dsn, "PGLOCKS_TEST_HELPER=shell")
+	if o.background {
+		shell.Env = append(shell.Env, "PGLOCKS_TEST_SHELL_BG=1")
+	}
 	shell.Stdin, shell.Stderr = slave, os.Stderr
 	shell.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	stdout, err := shell.StdoutPipe()
@@ -95,7 +125,7 @@ func (c cli) onTerminal(t *testing.T, script string) *ttyRun {
 		close(r.done)
 	}()
 	t.Cleanup(func() {
-		_ = unix.Kill(-shell.Process.Pid, unix.SIGKILL) // the session's groups: shell's
+		killSession(t, shell.Process.Pid) // every group of it: a background pglocks' too
 		<-r.done
 		master.Close()
 	})
@@ -195,4 +225,51 @@ func TestRunOnTerminal(t *testing.T) {
 			t.Fatalf("status %d after Ctrl-Z and fg, want 0: CMD did not read hello", code)
 		}
 	})
+	// `pglocks run … &` whose CMD reads the terminal: CMD stops (SIGTTIN),
+	// and pglocks' job must stop too, so that the shell sees it and fg
+	// resumes it with the terminal. Before, pglocks ran on and the shell
+	// never saw the job stop: fg hung for ever, holding the lock.
+	t.Run("BackgroundRead", func(t *testing.T) {
+		r := c.onTerminalWith(t, `echo ready; read x; test "$x" = hello`, ttyOptions{background: true})
+		r.expect(t, "stopped")
+		r.typeKeys(t, "hello\n")
+		if code := r.status(t); code != 0 {
+			t.Fatalf("status %d after fg, want 0: CMD did not read hello", code)
+		}
+	})
+	// The same with stty tostop and a CMD that writes to the terminal
+	// (SIGTTOU).
+	t.Run("BackgroundWrite", func(t *testing.T) {
+		r := c.onTerminalWith(t, `echo ready; echo to-the-terminal >&0`, ttyOptions{background: true, tostop: true})
+		r.expect(t, "stopped")
+		if code := r.status(t); code != 0 {
+			t.Fatalf("status %d after fg, want 0: CMD did not write to the terminal", code)
+		}
+	})
+}
+
+// killSession SIGKILLs every process of session sid: the shell's group,
+// and pglocks' and CMD's, which hold the stdout the test reads.
+func killSession(t *testing.T, sid int) {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "PID (COMM) STATE PPID PGRP SESSION …": fields after the last ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 3 && f[3] == strconv.Itoa(sid) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
 }
