@@ -131,9 +131,9 @@ func limitedRole(t *testing.T, db *pgtest.DB, admin *pgxpool.Pool, grants ...str
 // table's schema.
 func TestNoPrivilegeNamesTheGrant(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
 	t.Run("None", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // here: a parallel subtest may start long after its parent
 		db := pgtest.New(t)
 		role, pool := limitedRole(t, db, poolFor(t, db))
 		grant := `grant select, insert, update on "public"."pglocks_leases" to "` + role + `"`
@@ -143,6 +143,7 @@ func TestNoPrivilegeNamesTheGrant(t *testing.T) {
 	})
 	t.Run("SelectOnly", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // here: a parallel subtest may start long after its parent
 		db := pgtest.New(t)
 		role, pool := limitedRole(t, db, poolFor(t, db), "grant select on pglocks_leases to %s")
 		s := newStore(t, pool, lease.Config{})
@@ -155,6 +156,7 @@ func TestNoPrivilegeNamesTheGrant(t *testing.T) {
 	})
 	t.Run("NoSchemaUsage", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // here: a parallel subtest may start long after its parent
 		db := pgtest.New(t)
 		admin := poolFor(t, db)
 		if err := newStore(t, admin, lease.Config{Schema: "locks"}).Migrate(ctx); err != nil {
@@ -166,6 +168,7 @@ func TestNoPrivilegeNamesTheGrant(t *testing.T) {
 	})
 	t.Run("Migrate", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // here: a parallel subtest may start long after its parent
 		db := pgtest.New(t)
 		admin := poolFor(t, db)
 		exec(t, admin, "drop table pglocks_leases")
@@ -185,8 +188,8 @@ func TestNoPrivilegeNamesTheGrant(t *testing.T) {
 // work.
 func TestReadOnlyNamesThePrimary(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
 	check := func(t *testing.T, pool *pgxpool.Pool) {
+		ctx := ctxT(t)
 		s := newStore(t, pool, lease.Config{})
 		if _, err := s.List(ctx); err != nil {
 			t.Fatalf("List on a read-only server: %v", err)
@@ -207,6 +210,7 @@ func TestReadOnlyNamesThePrimary(t *testing.T) {
 	})
 	t.Run("Standby", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // here: a parallel subtest may start long after its parent
 		c := pgtest.NewCluster(t, pgtest.WithTemplate(func(ctx context.Context, conn *pgx.Conn) error {
 			ddl, err := lease.SchemaSQL(lease.Config{})
 			if err == nil {
