@@ -21,7 +21,7 @@ var features = []string{"session-locks", "xact-locks", "leases", "listen", "lead
 // cmdDoctor checks a database for pglocks and prints what works there. It
 // exits 0 when every feature of --need is safe, 1 otherwise.
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, dsn := newFlags("doctor", stderr, true)
+	fs, dsn := newFlags(ctx, "doctor", helps["doctor"], stdout, stderr, true)
 	need := fs.String("need", "", "comma-separated features that must be safe: "+strings.Join(features, ","))
 	schema := fs.String("schema", lease.DefaultSchema, "schema of the lease table")
 	table := fs.String("table", lease.DefaultTable, "lease table")

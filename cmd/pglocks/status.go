@@ -66,7 +66,7 @@ where l.locktype = 'advisory' and l.database = (select oid from pg_database wher
 order by 1, 2, 3, l.granted desc, l.pid`
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, dsn := newFlags("status", stderr, true)
+	fs, dsn := newFlags(ctx, "status", helps["status"], stdout, stderr, true)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
 		return err
