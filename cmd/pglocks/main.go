@@ -237,7 +237,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pglocks: "+oneLine(ee.msg))
 		return ee.code
 	default:
-		fmt.Fprintln(stderr, "pglocks: "+oneLine(err.Error()))
+		msg := oneLine(err.Error())
+		if noTable(err) && !strings.Contains(msg, "pglocks migrate") {
+			msg += " (run pglocks migrate)"
+		}
+		fmt.Fprintln(stderr, "pglocks: "+msg)
 		return statusOfErr(err)
 	}
 }
