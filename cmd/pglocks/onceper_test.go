@@ -143,3 +143,23 @@ func TestMigrateAndStatusName(t *testing.T) {
 		t.Errorf("status %v does not show the run:\n%s", custom, out)
 	}
 }
+
+// TestRunOncePerLoss: a run whose job lease is broken stops its job and
+// exits 76, and the history says lost.
+func TestRunOncePerLoss(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	if _, errOut, code := c.run("migrate"); code != 0 {
+		t.Fatalf("migrate: %d %s", code, errOut)
+	}
+	h := c.hold([]string{"run", "--once-per", "1h", "--ttl", "1h", "stuck"}, `trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
+	if out, errOut, code := c.run("break", "schedule:stuck"); code != 0 {
+		t.Fatalf("break: %d %q %q", code, out, errOut)
+	}
+	if code := h.wait(t); code != 76 {
+		t.Fatalf("holder of a broken job lease: status %d, want 76", code)
+	}
+	if out, _, _ := c.run("status", "stuck"); !strings.Contains(out, "lost") {
+		t.Errorf("status after the loss:\n%s\nwant the run recorded lost", out)
+	}
+}
