@@ -38,7 +38,7 @@ func startJob(spec jobSpec) (job, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	group := !isTerminal(os.Stdin) && setGroup(cmd)
 	if err := cmd.Start(); err != nil {
-		return nil, fail(exitUsage, "start %s: %v", argv[0], err)
+		return nil, startError(argv[0], err)
 	}
 	d := &direct{cmd: cmd, group: group, killAfter: killAfter, exited: make(chan struct{})}
 	go d.wait()

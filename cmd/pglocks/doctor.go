@@ -11,25 +11,23 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pglocks/pglocks/internal/ident"
-	"github.com/pglocks/pglocks/lease"
 )
 
 // features doctor can be asked about with --need.
-var features = []string{"session-locks", "xact-locks", "leases", "listen", "leader"}
+var features = []string{"session-locks", "xact-locks", "leases", "listen", "leader", "schedule"}
 
 // cmdDoctor checks a database for pglocks and prints what works there. It
 // exits 0 when every feature of --need is safe, 1 otherwise.
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, dsn := newFlags("doctor", stderr, true)
+	fs, dsn := newFlags(ctx, "doctor", helps["doctor"], stdout, stderr, true)
 	need := fs.String("need", "", "comma-separated features that must be safe: "+strings.Join(features, ","))
-	schema := fs.String("schema", lease.DefaultSchema, "schema of the lease table")
-	table := fs.String("table", lease.DefaultTable, "lease table")
+	var t tables
+	t.add(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
-		return fail(exitUsage, "usage: pglocks doctor [--need FEATURES] [--schema S] [--table T]")
+		return fail(exitUsage, "usage: pglocks doctor [--need FEATURES] [--schema S] [--table T] [--run-table T]")
 	}
 	var needs []string
 	for n := range strings.SplitSeq(*need, ",") {
@@ -41,10 +39,8 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		needs = append(needs, n)
 	}
-	for _, id := range []string{*schema, *table} {
-		if err := ident.Check(id); err != nil {
-			return fail(exitUsage, "--schema/--table: %v", err)
-		}
+	if err := t.check(); err != nil {
+		return err
 	}
 	// QueryExecModeExec works behind any pooler: doctor must not fail
 	// where it is asked to look.
@@ -58,13 +54,13 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer pool.Close()
-	return doctor(ctx, pool, userMode, *schema, *table, needs, stdout)
+	return doctor(ctx, pool, userMode, t, needs, stdout)
 }
 
-func doctor(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode, schema, table string, needs []string, stdout io.Writer) error {
+func doctor(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode, t tables, needs []string, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	f, err := examine(ctx, pool, userMode, schema, table)
+	f, err := examine(ctx, pool, userMode, t)
 	if err != nil {
 		return fail(exitUnavailable, "doctor: %v", err)
 	}
@@ -91,6 +87,14 @@ func doctor(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode,
 		row("lease table", f.table+": missing privilege "+strings.Join(f.privs, ", "))
 	default:
 		row("lease table", f.table+": present, SELECT/INSERT/UPDATE granted")
+	}
+	switch {
+	case !f.runTableOK:
+		row("run table", f.runTable+": missing (run pglocks migrate)")
+	case len(f.runPrivs) > 0:
+		row("run table", f.runTable+": missing privilege "+strings.Join(f.runPrivs, ", "))
+	default:
+		row("run table", f.runTable+": present, SELECT/INSERT/UPDATE/DELETE granted")
 	}
 	row("advisory lock capacity", fmt.Sprintf("%d (max_locks_per_transaction × (max_connections + max_prepared_transactions))", f.capacity))
 	for _, s := range f.settings {

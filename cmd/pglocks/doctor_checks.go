@@ -28,6 +28,9 @@ type findings struct {
 	table      string // schema.table
 	tableOK    bool
 	privs      []string // privileges missing on the table
+	runTable   string   // schema.table of scheduled jobs' runs
+	runTableOK bool
+	runPrivs   []string // privileges missing on the run table
 	capacity   int64
 	settings   [][2]string
 	offset     time.Duration // server clock − client clock
@@ -36,8 +39,9 @@ type findings struct {
 
 // examine runs every check on pool's database. Only a failure to reach the
 // server is an error; each check that cannot run says why in findings.
-func examine(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode, schema, table string) (*findings, error) {
-	f := &findings{table: schema + "." + table}
+func examine(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode, t tables) (*findings, error) {
+	schema, table := t.schema, t.table
+	f := &findings{table: schema + "." + table, runTable: schema + "." + t.runTable}
 	err := pool.QueryRow(ctx, `select current_setting('server_version'), pg_is_in_recovery(),
 		current_setting('max_locks_per_transaction')::int8 *
 		  (current_setting('max_connections')::int8 + current_setting('max_prepared_transactions')::int8)`).
@@ -60,7 +64,10 @@ func examine(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode
 		f.notifyNote = "not tried: " + f.mode.String() + " drops LISTEN"
 	}
 	f.txOK, f.txNote = transactionRuns(ctx, pool)
-	if err := f.readTable(ctx, pool, schema, table); err != nil {
+	if f.tableOK, f.privs, err = tablePrivs(ctx, pool, schema, table, "SELECT", "INSERT", "UPDATE"); err != nil {
+		return nil, err
+	}
+	if f.runTableOK, f.runPrivs, err = tablePrivs(ctx, pool, schema, t.runTable, "SELECT", "INSERT", "UPDATE", "DELETE"); err != nil {
 		return nil, err
 	}
 	f.writeOK, f.writeNote = true, "not tried: needs the lease table and UPDATE on it"
@@ -153,25 +160,25 @@ func notifyArrives(ctx context.Context, pool *pgxpool.Pool, conn *pgx.Conn) (boo
 	return true, fmt.Sprintf("in %v", time.Since(start).Round(time.Microsecond))
 }
 
-// readTable checks the lease table and the privileges pglocks needs on it.
-func (f *findings) readTable(ctx context.Context, pool *pgxpool.Pool, schema, table string) error {
+// tablePrivs reports whether a table exists and which of privs the role
+// lacks on it.
+func tablePrivs(ctx context.Context, pool *pgxpool.Pool, schema, table string, privs ...string) (bool, []string, error) {
 	qual := pgx.Identifier{schema, table}.Sanitize()
-	if err := pool.QueryRow(ctx, "select to_regclass($1) is not null", qual).Scan(&f.tableOK); err != nil {
-		return err
+	var exists bool
+	if err := pool.QueryRow(ctx, "select to_regclass($1) is not null", qual).Scan(&exists); err != nil || !exists {
+		return false, nil, err
 	}
-	if !f.tableOK {
-		return nil
-	}
-	for _, p := range []string{"SELECT", "INSERT", "UPDATE"} {
+	var missing []string
+	for _, p := range privs {
 		var ok bool
 		if err := pool.QueryRow(ctx, "select has_table_privilege($1, $2)", qual, p).Scan(&ok); err != nil {
-			return err
+			return true, nil, err
 		}
 		if !ok {
-			f.privs = append(f.privs, p)
+			missing = append(missing, p)
 		}
 	}
-	return nil
+	return true, missing, nil
 }
 
 // readSettings reads the settings that matter and the clock offset.
@@ -236,6 +243,14 @@ func (f *findings) safe() (why, notes map[string]string) {
 	case len(f.privs) > 0:
 		add("leases", "missing privilege "+strings.Join(f.privs, ", ")+" on "+f.table)
 		add("leader", "missing privileges on the lease table")
+	}
+	switch {
+	case why["leases"] != "":
+		add("schedule", "leases are not safe: "+why["leases"])
+	case !f.runTableOK:
+		add("schedule", "no run table "+f.runTable+" (pglocks migrate)")
+	case len(f.runPrivs) > 0:
+		add("schedule", "missing privilege "+strings.Join(f.runPrivs, ", ")+" on "+f.runTable)
 	}
 	return why, notes
 }

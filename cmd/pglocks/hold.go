@@ -71,6 +71,9 @@ func finish(h *held, j job, lost bool, name string, stderr io.Writer) error {
 	if lost {
 		return exitCode(exitLost)
 	}
+	if h.result != nil {
+		h.result(j.err())
+	}
 	if err := release(h); err != nil {
 		if h.notHeld(err) {
 			fmt.Fprintf(stderr, "pglocks: lock lost while %s ran (the release found it: %v)\n", name, err)

@@ -1,13 +1,30 @@
 // Command pglocks is the pglocks toolkit from a shell: flock(1) for
 // PostgreSQL.
 //
-//	pglocks [-v] COMMAND …   (-v: log the library's events to stderr, Debug and up)
-//	pglocks run [--wait D] [--lease] [--ttl D] [--kill-after D] NAME -- CMD [ARGS…]
+//	pglocks [-v] [--dsn URL] COMMAND …   (-v: log the library's events to stderr, Debug and up)
+//	pglocks --version | --help
+//	pglocks run [-n | -w SECONDS] [-E CODE] [-q] [--lease [--ttl D]] [--kill-after D] NAME -- CMD [ARGS…]
+//	pglocks run --once-per PERIOD [--ttl D] [-E CODE] [-q] NAME -- CMD [ARGS…]
 //	pglocks status [--json] [NAME]
 //	pglocks key [--sql] NAME
-//	pglocks migrate
+//	pglocks migrate [--schema S] [--table T] [--run-table T]
 //	pglocks break NAME
-//	pglocks doctor [--need FEATURES] [--schema S] [--table T]
+//	pglocks doctor [--need FEATURES] [--schema S] [--table T] [--run-table T]
+//
+// Every --help prints the command's synopsis, its flags and the table of
+// exit statuses to stdout. run follows flock(1)'s conventions: -n (fail
+// at once when the lock is held: the default), -w SECONDS (plain seconds
+// or a duration; an outage of the database is waited through up to the
+// bound), -E CODE (the status when the lock is held), -q (no message
+// then: cron mails stderr). A CMD that is not found exits 127, one that
+// is not executable 126, as shells do (flock(1) uses 69/71, which mean
+// other things here).
+//
+// run --once-per PERIOD runs CMD once per slot of PERIOD by the server's
+// clock, on one of the hosts that all run the same line (package
+// schedule, job NAME): the others exit 79, silently unless -v. The run
+// holds the job's lease as run --lease does, and its outcome (CMD's
+// status) is kept in the run history that status shows.
 //
 // doctor checks a database for pglocks and prints a table: server version,
 // primary or standby, the pooler in between and its mode (a probe: does a
@@ -24,15 +41,22 @@
 // stops the job within seconds).
 // It exits with CMD's status, or:
 //
+//	1   doctor: a feature named in --need is not safe
 //	64  usage error, including a name or --ttl the lock or lease refuses
 //	66  break: no lease of that name
-//	69  the database cannot be reached or refused an operation
-//	75  the lock is held elsewhere (and --wait, if given, ran out)
+//	69  the database cannot be reached or refused an operation (with
+//	    --wait: once the wait ran out)
 //	70  the supervisor of the job (see below) was killed; CMD's status is
 //	    unknown, and none of the job's processes is left
+//	75  the lock is held elsewhere (and --wait, if given, ran out); -E sets it
 //	76  the lock was lost while the job ran (or its trust deadline passed:
 //	    pglocks was stopped or hung); every process of the job was sent
 //	    SIGTERM, then SIGKILL at --kill-after, and none is left
+//	78  the database is not set up: no lease or run table (run pglocks
+//	    migrate), a missing privilege, a read-only server
+//	79  run --once-per: the slot was run, or is being run, elsewhere; -E
+//	    sets it
+//	126 CMD is not executable; 127 CMD is not found
 //	128+N  CMD was killed by signal N
 //
 // The job is CMD and every process it starts, in CMD's process group or
@@ -111,8 +135,10 @@
 // group is not found, and should pglocks be killed outright, or stopped,
 // the job runs on without the lock.
 //
-// The database is --dsn, else DATABASE_URL, else libpq's PG* environment
-// variables (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD, …).
+// The database is --dsn (before or after the command), else DATABASE_URL,
+// else libpq's PG* environment variables (PGHOST, PGPORT, PGUSER,
+// PGDATABASE, PGPASSWORD, …). Without -v the library's own log is
+// discarded: pglocks says what matters in one line.
 package main
 
 import (
@@ -124,21 +150,27 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/lease"
+	"github.com/pglocks/pglocks/schedule"
 )
 
 // Exit statuses of pglocks itself; see the package doc.
 const (
-	exitUsage       = 64
-	exitNotFound    = 66
-	exitUnavailable = 69
-	exitSoftware    = 70
-	exitBusy        = 75
-	exitLost        = 76
+	exitUsage       = 64  // EX_USAGE
+	exitNotFound    = 66  // EX_NOINPUT
+	exitUnavailable = 69  // EX_UNAVAILABLE
+	exitSoftware    = 70  // EX_SOFTWARE
+	exitBusy        = 75  // EX_TEMPFAIL
+	exitLost        = 76  // EX_PROTOCOL
+	exitConfig      = 78  // EX_CONFIG: not set up (no table, privilege, read-only)
+	exitTaken       = 79  // run --once-per: the slot was run elsewhere
+	exitNoExec      = 126 // CMD not executable, as shells
+	exitNoCommand   = 127 // CMD not found, as shells
 )
 
 // exitError carries an exit status and a one-line message.
@@ -165,24 +197,17 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: pglocks [-v] COMMAND ... (-v logs the library's events to stderr)
-  pglocks run [--wait D] [--lease] [--ttl D] [--kill-after D] NAME -- CMD [ARGS...]
-  pglocks status [--json] [NAME]
-  pglocks key [--sql] NAME
-  pglocks migrate
-  pglocks break NAME
-  pglocks doctor [--need FEATURES] [--schema S] [--table T]
-Every command but key takes --dsn (default: DATABASE_URL, else libpq PG* variables).
-`
-
 // run dispatches a command line and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	ctx, args = verbosity(ctx, args, stderr)
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	ctx, args, code, done := globalOptions(ctx, args, stdout, stderr)
+	switch {
+	case done:
+		return code
+	case len(args) == 0:
 		fmt.Fprint(stderr, usage)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		return exitUsage
+	case args[0] == "help":
+		fmt.Fprint(stdout, usage, exitTable)
 		return 0
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
@@ -200,33 +225,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err := cmd(ctx, args[1:], stdout, stderr)
 	var ee *exitError
-	var code exitCode
+	var ec exitCode
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &code):
-		return int(code)
+	case errors.As(err, &ec):
+		return int(ec)
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ee):
 		fmt.Fprintln(stderr, "pglocks: "+oneLine(ee.msg))
 		return ee.code
 	default:
-		fmt.Fprintln(stderr, "pglocks: "+oneLine(err.Error()))
+		msg := oneLine(err.Error())
+		if noTable(err) && !strings.Contains(msg, "pglocks migrate") {
+			msg += " (run pglocks migrate)"
+		}
+		fmt.Fprintln(stderr, "pglocks: "+msg)
 		return statusOfErr(err)
 	}
 }
 
 // statusOfErr is the exit status for an error of the library: bad input
-// is a usage error, an unknown lease has its own status, anything else
-// means the database could not be reached or refused.
+// is a usage error, an unknown lease has its own status, so has a database
+// not set up for pglocks (a missing table or privilege, a read-only
+// server); anything else means the database could not be reached or
+// refused.
 func statusOfErr(err error) int {
 	switch {
 	case errors.Is(err, pglocks.ErrInvalidKey), errors.Is(err, lease.ErrInvalidTTL),
-		errors.Is(err, lease.ErrInvalidConfig):
+		errors.Is(err, lease.ErrInvalidConfig), errors.Is(err, schedule.ErrInvalid):
 		return exitUsage
 	case errors.Is(err, lease.ErrNotFound):
 		return exitNotFound
+	case errors.Is(err, lease.ErrNoTable), errors.Is(err, lease.ErrNoPrivilege), errors.Is(err, lease.ErrReadOnly):
+		return exitConfig
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42501" || pgErr.Code == "25006") {
+		return exitConfig // a run table's, say: undefined table, no privilege, read-only
 	}
 	return exitUnavailable
 }
@@ -237,37 +274,42 @@ func oneLine(s string) string {
 	return strings.TrimPrefix(strings.Join(strings.Fields(s), " "), "pglocks: ")
 }
 
-// newFlags returns a flag set for a subcommand that reports errors as
-// usage errors, with --dsn when db is true.
-func newFlags(name string, stderr io.Writer, db bool) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("pglocks "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var dsn *string
-	if db {
-		dsn = fs.String("dsn", "", "PostgreSQL connection string (default: DATABASE_URL, else libpq PG* variables)")
-	}
-	return fs, dsn
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return exitCode(exitUsage) // flag already printed the problem
-	}
-	return nil
-}
-
 // connect opens a pool on --dsn, DATABASE_URL or the PG* variables, and
 // checks that the server answers. Errors name the host and port.
 func connect(ctx context.Context, dsn string, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	pool, _, err := dialPool(ctx, dsn, configure...)
+	return pool, err
+}
+
+// connectUntil is connect that, while the server cannot be reached (down,
+// restarting, starting up, out of connections), tries again with backoff
+// until deadline: --wait waits through an outage up to its bound.
+func connectUntil(ctx context.Context, dsn string, deadline time.Time) (*pgxpool.Pool, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		pool, transient, err := dialPool(ctx, dsn)
+		if err == nil || !transient || time.Now().Add(backoff).After(deadline) {
+			return pool, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// dialPool is connect, and says whether its error may pass by itself.
+func dialPool(ctx context.Context, dsn string, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, bool, error) {
 	if dsn == "" {
 		dsn = os.Getenv("DATABASE_URL")
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fail(exitUsage, "bad connection string: %v", err)
+		return nil, false, fail(exitUsage, "bad connection string: %v", err)
 	}
 	for _, f := range configure {
 		f(cfg)
@@ -275,7 +317,7 @@ func connect(ctx context.Context, dsn string, configure ...func(*pgxpool.Config)
 	where := fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fail(exitUnavailable, "connect to %s: %v", where, err)
+		return nil, false, fail(exitUnavailable, "connect to %s: %v", where, err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
@@ -283,11 +325,13 @@ func connect(ctx context.Context, dsn string, configure ...func(*pgxpool.Config)
 		var netErr *net.OpError
 		switch {
 		case errors.As(err, &pgErr):
-			return nil, fail(exitUnavailable, "connect to %s: %s (SQLSTATE %s)", where, pgErr.Message, pgErr.Code)
+			// starting up, shutting down, too many connections
+			transient := pgErr.Code == "57P03" || pgErr.Code == "57P01" || pgErr.Code == "53300"
+			return nil, transient, fail(exitUnavailable, "connect to %s: %s (SQLSTATE %s)", where, pgErr.Message, pgErr.Code)
 		case errors.As(err, &netErr):
-			return nil, fail(exitUnavailable, "connect to %s: %v", where, netErr.Err)
+			return nil, true, fail(exitUnavailable, "connect to %s: %v", where, netErr.Err)
 		}
-		return nil, fail(exitUnavailable, "connect to %s: %v", where, err)
+		return nil, true, fail(exitUnavailable, "connect to %s: %v", where, err)
 	}
-	return pool, nil
+	return pool, false, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/lease"
+	"github.com/pglocks/pglocks/schedule"
 )
 
 // advisoryLock is one session holding or waiting for an advisory lock.
@@ -47,11 +49,31 @@ type leaderRow struct {
 	ExpiresIn time.Duration `json:"expires_in_ns"`
 }
 
+// runRow is one run of a scheduled job (pglocks run --once-per).
+type runRow struct {
+	Job     string    `json:"job"`
+	Slot    string    `json:"slot"`
+	Outcome string    `json:"outcome"`
+	Token   int64     `json:"token"`
+	Host    string    `json:"hostname,omitempty"`
+	PID     int       `json:"pid,omitempty"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end,omitzero"`
+	Error   string    `json:"error,omitempty"`
+}
+
 type status struct {
 	Advisory []advisoryLock `json:"advisory"`
 	Leases   []leaseRow     `json:"leases"`
 	Leaders  []leaderRow    `json:"leaders"`
+	Runs     []runRow       `json:"runs"`
+	// Missing names the tables not found, with the command that creates
+	// them.
+	Missing []string `json:"missing,omitempty"`
 }
+
+// recentRuns is how many runs of scheduled jobs status shows.
+const recentRuns = 20
 
 // leaderPrefix is the lease-name prefix of leader elections.
 const leaderPrefix = "pglocks.leader:"
@@ -66,9 +88,14 @@ where l.locktype = 'advisory' and l.database = (select oid from pg_database wher
 order by 1, 2, 3, l.granted desc, l.pid`
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, dsn := newFlags("status", stderr, true)
+	fs, dsn := newFlags(ctx, "status", helps["status"], stdout, stderr, true)
 	asJSON := fs.Bool("json", false, "print JSON")
+	var t tables
+	t.add(fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := t.check(); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
@@ -80,7 +107,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer pool.Close()
-	st, err := readStatus(ctx, pool, name)
+	st, err := readStatus(ctx, pool, name, t)
 	if err != nil {
 		return err
 	}
@@ -93,25 +120,28 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-func readStatus(ctx context.Context, pool *pgxpool.Pool, name string) (status, error) {
-	st := status{Advisory: []advisoryLock{}, Leases: []leaseRow{}, Leaders: []leaderRow{}}
+func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) (status, error) {
+	st := status{Advisory: []advisoryLock{}, Leases: []leaseRow{}, Leaders: []leaderRow{}, Runs: []runRow{}}
 	// Names we know, to label keys: the asked-for name, and every lease
 	// and election (a leader's campaign lock is KeyOf of its lease name).
 	names := map[int64]string{}
 	if name != "" {
 		names[pglocks.KeyOf(name).Int64()] = name
 	}
-	store, err := lease.New(pool, lease.Config{Logger: loggerOf(ctx)})
+	store, runner, err := t.runner(ctx, pool, 30*time.Second)
 	if err != nil {
 		return st, err
 	}
 	defer store.Close(context.WithoutCancel(ctx))
 	infos, err := store.List(ctx)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // no lease table: no leases
+	if noTable(err) {
+		st.Missing = append(st.Missing, fmt.Sprintf("no lease table %s.%s (run pglocks migrate)", t.schema, t.table))
 		infos, err = nil, nil
 	}
 	if err != nil {
+		return st, err
+	}
+	if err := st.readRuns(ctx, runner, name, t); err != nil {
 		return st, err
 	}
 	for _, in := range infos {
@@ -142,6 +172,29 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string) (status, e
 		}
 	}
 	return st, nil
+}
+
+// readRuns reads the newest runs of scheduled jobs (of job name if set).
+func (st *status) readRuns(ctx context.Context, runner *schedule.Runner, name string, t tables) error {
+	recs, err := runner.History(ctx, name, recentRuns)
+	if noTable(err) {
+		st.Missing = append(st.Missing, fmt.Sprintf("no run table %s.%s (run pglocks migrate)", t.schema, t.runTable))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		st.Runs = append(st.Runs, runRow{Job: r.Job, Slot: r.Slot, Outcome: string(r.Outcome), Token: r.Token,
+			Host: r.Hostname, PID: r.PID, Start: r.Start, End: r.End, Error: r.Error})
+	}
+	return nil
+}
+
+// noTable reports whether err says a table is missing.
+func noTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, lease.ErrNoTable) || errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 // readAdvisory reads every advisory lock of the database, labelling keys
@@ -179,7 +232,7 @@ func printStatus(w io.Writer, st status) {
 	if len(st.Advisory) == 0 {
 		fmt.Fprintln(tw, "  (none)\t")
 	} else {
-		fmt.Fprintln(tw, "  KEY\tNAME\tPID\tAPPLICATION\tCLIENT\tMODE\tSTATE\tSINCE")
+		fmt.Fprintln(tw, "  KEY\tNAME\tBACKEND PID\tAPPLICATION\tCLIENT\tMODE\tSTATE\tSINCE")
 		for _, a := range st.Advisory {
 			state := "held"
 			if !a.Granted {
@@ -190,10 +243,12 @@ func printStatus(w io.Writer, st status) {
 		}
 	}
 	fmt.Fprintln(tw, "LEASES\t")
-	if len(st.Leases) == 0 {
+	if slices.ContainsFunc(st.Missing, func(m string) bool { return strings.HasPrefix(m, "no lease table") }) {
+		fmt.Fprintln(tw, "  no lease table (run pglocks migrate)\t")
+	} else if len(st.Leases) == 0 {
 		fmt.Fprintln(tw, "  (none)\t")
 	} else {
-		fmt.Fprintln(tw, "  NAME\tSTATE\tOWNER\tTOKEN\tEXPIRES IN\tHOST\tPID")
+		fmt.Fprintln(tw, "  NAME\tSTATE\tOWNER\tTOKEN\tEXPIRES IN\tHOST\tHOLDER PID")
 		for _, l := range st.Leases {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%d\n", l.Name, heldWord(l.Held), l.Owner, l.Token,
 				l.ExpiresIn.Round(time.Millisecond), l.Host, l.PID)
@@ -206,6 +261,28 @@ func printStatus(w io.Writer, st status) {
 		fmt.Fprintln(tw, "  ELECTION\tSTATE\tLEADER\tTERM\tEXPIRES IN")
 		for _, l := range st.Leaders {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", l.Election, heldWord(l.Held), l.Identity, l.Term, l.ExpiresIn.Round(time.Millisecond))
+		}
+	}
+	printRuns(tw, st)
+}
+
+// printRuns prints the scheduled jobs' recent runs.
+func printRuns(tw io.Writer, st status) {
+	fmt.Fprintln(tw, "SCHEDULED RUNS\t")
+	switch {
+	case slices.ContainsFunc(st.Missing, func(m string) bool { return strings.HasPrefix(m, "no run table") }):
+		fmt.Fprintln(tw, "  no run table (run pglocks migrate)\t")
+	case len(st.Runs) == 0:
+		fmt.Fprintln(tw, "  (none)\t")
+	default:
+		fmt.Fprintln(tw, "  JOB\tSLOT\tOUTCOME\tTOKEN\tHOST\tHOLDER PID\tSTART\tEND")
+		for _, r := range st.Runs {
+			end := ""
+			if !r.End.IsZero() {
+				end = r.End.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", r.Job, r.Slot, r.Outcome, r.Token, r.Host, r.PID,
+				r.Start.Format(time.RFC3339), end)
 		}
 	}
 }

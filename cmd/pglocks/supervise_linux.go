@@ -90,8 +90,10 @@ func supervise(args []string) int {
 	s.expiry.Stop()
 	s.setTrust(trust)
 	if err := s.start(args[5:]); err != nil {
-		fmt.Fprintln(os.Stderr, "pglocks: "+oneLine(err.Error()))
-		return exitUsage
+		var ee *exitError
+		errors.As(startError(args[5], err), &ee) // 127, 126 as shells say
+		fmt.Fprintln(os.Stderr, "pglocks: "+oneLine(ee.msg))
+		return ee.code
 	}
 	return s.loop(readControl(ctl))
 }

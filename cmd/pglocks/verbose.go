@@ -8,20 +8,26 @@ import (
 
 type loggerKey struct{}
 
-// verbosity strips a leading -v (or --verbose) from args and returns a ctx
-// carrying the logger the commands give the library: Debug and up to
-// stderr with -v, else discard.
-func verbosity(ctx context.Context, args []string, stderr io.Writer) (context.Context, []string) {
-	if len(args) == 0 || (args[0] != "-v" && args[0] != "--verbose") {
-		return ctx, args
-	}
+// withVerbose returns a ctx carrying the logger the commands give the
+// library with -v: Debug and up, to stderr.
+func withVerbose(ctx context.Context, stderr io.Writer) context.Context {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	return context.WithValue(ctx, loggerKey{}, log), args[1:]
+	return context.WithValue(ctx, loggerKey{}, log)
 }
 
-// loggerOf returns the logger verbosity put in ctx, or nil (the library's
-// default: discard).
+// loggerOf returns the logger withVerbose put in ctx, or without -v one
+// that discards everything. Never nil: the library logs Warn and up to
+// slog.Default() when given none, which would print its own WARN lines
+// beside pglocks' one-line errors (and mail them from cron).
 func loggerOf(ctx context.Context) *slog.Logger {
+	if log, _ := ctx.Value(loggerKey{}).(*slog.Logger); log != nil {
+		return log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// verbose reports whether -v was given.
+func verbose(ctx context.Context) bool {
 	log, _ := ctx.Value(loggerKey{}).(*slog.Logger)
-	return log
+	return log != nil
 }
