@@ -146,7 +146,7 @@ func TestBusy(t *testing.T) {
 		t.Fatalf("start while another slot's run outlasts the window: %v", err)
 	}
 	t.Logf("%v after %v (the window closed %v after the slot's start)", err, time.Since(began).Round(time.Millisecond), period-tolerance)
-	if n := doneCount(t, a.pool, "busy", start.Format(time.RFC3339Nano)); n != 0 {
+	if n := doneCount(t, a.pool, "busy", schedule.SlotKey(start)); n != 0 {
 		t.Fatalf("the busy slot ran %d times", n)
 	}
 }

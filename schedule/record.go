@@ -84,6 +84,13 @@ var (
 	// another slot's run held the job until this slot's window closed
 	// (runs of one job never overlap).
 	ErrBusy = errors.New("schedule: job busy with another slot")
+
+	// ErrWindowClosed is wrapped by the error of a Start that came too
+	// late for its period slot: the slot's window had closed (or a later
+	// slot had run) by the time it could mark the run — its replica
+	// stalled, or waited for the job ([ErrBusy] errors wrap it too). The
+	// slot was not run by this Start, and no Start will run it now.
+	ErrWindowClosed = errors.New("schedule: the slot's window closed")
 )
 
 // TakenError is the error of a Start that found its slot taken: another

@@ -154,7 +154,7 @@ func (r *Run) record(ctx context.Context, o Outcome, runErr error) (Record, erro
 		rec.Outcome = Crashed
 		return rec, fmt.Errorf("schedule: job %q slot %s: the run was marked crashed by a later run: its lease was lost, then taken", rec.Job, rec.Slot)
 	case err != nil:
-		return rec, fmt.Errorf("schedule: job %q slot %s: record the run's end (%s): %w", rec.Job, rec.Slot, o, err)
+		return rec, fmt.Errorf("schedule: job %q slot %s: record the run's end (%s): %w", rec.Job, rec.Slot, o, q.explain(err))
 	}
 	rec.Start, rec.End = start, end
 	return rec, nil

@@ -130,7 +130,7 @@ func checkSlots(t *testing.T, db *pgtest.DB, firings []firing, jobs, perJob int,
 				continue
 			}
 			want := slotOf(f.at, period, tolerance)
-			if f.slot != want.Format(time.RFC3339Nano) {
+			if f.slot != schedule.SlotKey(want) {
 				t.Errorf("%s %s at %v: slot %s, want %s", f.replica, name, f.at, f.slot, want)
 			}
 			if f.at.Before(want) {
@@ -146,14 +146,14 @@ func checkSlots(t *testing.T, db *pgtest.DB, firings []firing, jobs, perJob int,
 				takenLat = append(takenLat, f.took)
 			}
 		}
-		slices.SortFunc(keys, byTime) // RFC 3339 keys drop trailing zeros: not in order as text
+		slices.Sort(keys) // schedule.SlotKey keys sort as text in time order
 		if len(keys) < perJob+2 {
 			t.Fatalf("%s: ticks reached %d slots, want %d", name, len(keys), perJob+2)
 		}
 		inner := keys[1 : len(keys)-1] // the first and last slot may have had only some replicas
 		first, _ := time.Parse(time.RFC3339Nano, inner[0])
 		for k := first; !k.After(first.Add(time.Duration(len(inner)-1) * period)); k = k.Add(period) {
-			key := k.UTC().Format(time.RFC3339Nano)
+			key := schedule.SlotKey(k)
 			slots++
 			wrote := doneCount(t, pool, name, key)
 			switch {
@@ -211,11 +211,4 @@ func pct(ds []time.Duration, p int) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[min(len(s)-1, len(s)*p/100)].Round(100 * time.Microsecond)
-}
-
-// byTime orders slot keys, RFC 3339 times, by time.
-func byTime(a, b string) int {
-	ta, _ := time.Parse(time.RFC3339Nano, a)
-	tb, _ := time.Parse(time.RFC3339Nano, b)
-	return ta.Compare(tb)
 }
