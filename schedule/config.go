@@ -136,8 +136,12 @@ func (p Policy) Validate() error {
 		return invalid("Policy.AtLeast is %v: it must not be negative", p.AtLeast)
 	case p.AtMost < 0:
 		return invalid("Policy.AtMost is %v: it must not be negative", p.AtMost)
+	case p.AtMost > 0 && p.AtMost < lease.MinTTL:
+		return invalid("Policy.AtMost is %v: a run's lease lasts at least lease.MinTTL (%v)", p.AtMost, lease.MinTTL)
 	case p.TTL < 0:
 		return invalid("Policy.TTL is %v: it must not be negative", p.TTL)
+	case p.TTL > 0 && p.TTL < lease.MinTTL:
+		return invalid("Policy.TTL is %v: a run's lease lasts at least lease.MinTTL (%v)", p.TTL, lease.MinTTL)
 	case p.AtMost > 0 && p.TTL > 0:
 		return invalid("Policy.AtMost (%v) and Policy.TTL (%v) are both set: a run's lease is taken for AtMost, unrenewed, or for TTL, renewed", p.AtMost, p.TTL)
 	}
