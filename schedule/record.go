@@ -33,6 +33,11 @@ const (
 	// record of its start or end had an unknown outcome. It may have done
 	// none, part or all of its work.
 	Crashed Outcome = "crashed"
+	// Unknown: only in the Record that [Run.End] returns, never in the
+	// table: the record of the run's end was sent but its reply never
+	// came, so the table says either the outcome End meant to write or
+	// running (then crashed, once the run's lease ended).
+	Unknown Outcome = "unknown"
 )
 
 // Record is one run of a job, as the run table keeps it. Times are by the
@@ -63,8 +68,12 @@ type Record struct {
 	Error string
 }
 
-// String describes the run in one line.
+// String describes the run in one line; the zero Record, which Do and
+// End return with some errors, is "no run".
 func (r Record) String() string {
+	if r.Job == "" && r.Token == 0 && r.Outcome == "" {
+		return "no run"
+	}
 	s := fmt.Sprintf("%s slot %s: token %d on %s (pid %d), %s", r.Job, r.Slot, r.Token, r.Hostname, r.PID, r.Outcome)
 	if !r.End.IsZero() && !r.Start.IsZero() {
 		s += fmt.Sprintf(" in %v", r.End.Sub(r.Start).Round(time.Millisecond))
