@@ -62,7 +62,10 @@ func (j *Job) Policy() Policy {
 // caller must end with [Run.End] or [Run.Finish]; or a [*TakenError] naming
 // the run that has the slot; or an error wrapping [ErrBusy] when another
 // slot's run held the job until this slot's window closed (Start waits for
-// it until then). ctx bounds the whole call, that wait included.
+// it until then); or one wrapping [ErrWindowClosed] when the Start came to
+// mark the run after the window closed or a later slot ran (it stalled).
+// Either way the slot was not run. ctx bounds the whole call, that wait
+// included.
 func (j *Job) Start(ctx context.Context) (*Run, error) {
 	if err := j.check(ctx); err != nil {
 		return nil, err
@@ -75,9 +78,13 @@ func (j *Job) Start(ctx context.Context) (*Run, error) {
 }
 
 // StartSlot is [Job.Start] for a slot the caller names: key is the slot's
-// key, such as a cron tick's scheduled time, the same on every replica.
-// The server's clock plays no part but for Policy.AtLeast. A run of
-// another slot that holds the job is waited for until ctx ends.
+// key, the same on every replica. Keys are opaque text, compared byte for
+// byte: for a tick's scheduled time pass [SlotKey](tick), which spells
+// each instant one way ("2026-11-23T04:00:00Z" and
+// "2026-11-23T05:00:00+01:00" would be two slots). The server's clock
+// plays no part but for Policy.AtLeast, and an explicit slot has no
+// window: a run of another slot that holds the job is waited for until
+// ctx ends.
 func (j *Job) StartSlot(ctx context.Context, key string) (*Run, error) {
 	if err := j.check(ctx); err != nil {
 		return nil, err

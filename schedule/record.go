@@ -30,8 +30,11 @@ const (
 	Lost Outcome = "lost"
 	// Crashed: the run's lease ended before its end was recorded — its
 	// process died, or lost the database for longer than its lease, or the
-	// record of its start or end had an unknown outcome. It may have done
-	// none, part or all of its work.
+	// record of its start or end had an unknown outcome, or it outlasted
+	// Policy.AtMost (whose lease is not renewed). It may have done none,
+	// part or all of its work — and after an AtMost overrun, or renewals
+	// that failed, it may still be running: "crashed" says the job is no
+	// longer held for it, not that it stopped.
 	Crashed Outcome = "crashed"
 	// Unknown: only in the Record that [Run.End] returns, never in the
 	// table: the record of the run's end was sent but its reply never
@@ -45,9 +48,10 @@ const (
 type Record struct {
 	// Job is the job's name.
 	Job string
-	// Slot is the slot's key: a period slot's start in RFC 3339 (UTC),
-	// an explicit key as given to [Job.StartSlot], or for an AtLeast-only
-	// job the server time at which the run was decided.
+	// Slot is the slot's key: a period slot's start as [SlotKey] gives it
+	// (runs of earlier versions: RFC 3339 without trailing zeros), an
+	// explicit key as given to [Job.StartSlot], or for an AtLeast-only job
+	// the SlotKey of the server time at which the run was decided.
 	Slot string
 	// SlotStart is a period slot's start; zero for other slots.
 	SlotStart time.Time
@@ -90,8 +94,9 @@ var (
 	ErrTaken = errors.New("schedule: slot taken")
 
 	// ErrBusy is wrapped by the error of a Start whose slot was not run:
-	// another slot's run held the job until this slot's window closed
-	// (runs of one job never overlap).
+	// another slot's run held the job until this slot's window closed, and
+	// no other replica ran the slot meanwhile (else the Start returns a
+	// [*TakenError] naming that run). It wraps [ErrWindowClosed] too.
 	ErrBusy = errors.New("schedule: job busy with another slot")
 
 	// ErrWindowClosed is wrapped by the error of a Start that came too
