@@ -101,8 +101,9 @@ type Policy struct {
 	// more often than every AtLeast", whatever the slots. With Period,
 	// keep AtLeast ≤ Period − 2×Tolerance: runs of two slots in a row may
 	// start that close together (a replica Tolerance late, the next one
-	// Tolerance early), and a larger AtLeast skips the second slot —
-	// AtLeast = Period skips about every other slot. Zero: no such limit.
+	// Tolerance early), and a larger AtLeast may skip the second slot
+	// (AtLeast = Period does whenever a slot's ticks come earlier in it
+	// than the last run's did). Zero: no such limit.
 	AtLeast time.Duration
 
 	// AtMost is ShedLock's lockAtMostFor: the longest a run holds the job.

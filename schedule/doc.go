@@ -30,9 +30,9 @@
 // two slots. Policy.AtLeast (ShedLock's lockAtLeastFor) adds, or with no
 // Period is, the rule "not more often than every AtLeast": a run starts
 // only if no run of the job started within AtLeast, by the server clock.
-// With both, keep AtLeast ≤ Period − 2×Tolerance, or slots are skipped:
-// runs of two slots in a row start that close together when one replica
-// ticks Tolerance late and the next Tolerance early.
+// With both, keep AtLeast ≤ Period − 2×Tolerance, or slots may be
+// skipped: runs of two slots in a row start that close together when one
+// replica ticks Tolerance late and the next Tolerance early.
 //
 // # Model
 //
