@@ -45,12 +45,14 @@ import (
 // connections it gets no tcp_user_timeout, keepalive or
 // idle_session_timeout from pglocks, so if the holder is partitioned from
 // the server, the server keeps its session, and the lock, until its TCP
-// keepalives give up — about two hours with the OS defaults, and behind a
-// pooler, whose server link stays healthy, until the pooler's keepalives
-// do. Bound it in conn's DSN: tcp_user_timeout=10000 (or keepalives_idle,
-// keepalives_interval, keepalives_count) and, on PostgreSQL 14 or later,
-// options=-c%20idle_session_timeout=60000 — with the caller running a
-// statement at least that often — and give the work a deadline on ctx.
+// keepalives give up — about two hours with the OS defaults — and behind
+// a pooler, whose server link stays healthy, until the pooler's own
+// client keepalives do. Bound it yourself: on a direct connection, server
+// settings in conn's DSN (pgx sends unknown DSN keys to the server), such
+// as tcp_user_timeout=10000&tcp_keepalives_idle=5&tcp_keepalives_interval=2;
+// behind a pooler, where those act on the pooler's link, SET
+// idle_session_timeout (PostgreSQL 14 and later) on conn to a bound its
+// holder never stays idle that long; and a deadline on ctx for the work.
 //
 // A try or unlock statement that fails after it was sent may have taken
 // or kept the lock (a session lock outlives its statement's error), so
