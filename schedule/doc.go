@@ -120,10 +120,12 @@
 // # What this does not guarantee
 //
 //   - A slot is run only if some replica starts it within its window, from
-//     Tolerance before its start to Tolerance before its end: a replica
-//     whose timer is off by more than Tolerance may land on a neighbouring
-//     slot (already run: taken), and a slot no replica starts in time is
-//     not run. Replicas whose clocks differ by more than Tolerance should
+//     Tolerance before its start to Tolerance before its end, and marks
+//     its run before the window closes (a few round trips after the read:
+//     a Start that reads the slot in the window's last milliseconds gets
+//     ErrWindowClosed): a replica whose timer is off by more than
+//     Tolerance may land on a neighbouring slot (already run: taken), and
+//     a slot no replica starts in time is not run. Replicas whose clocks differ by more than Tolerance should
 //     tick more often than once per slot: every extra tick in a slot costs
 //     one read.
 //   - A Start that finds another replica starting the same slot (holding
