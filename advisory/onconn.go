@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -12,6 +15,7 @@ import (
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/internal/dial"
 	"github.com/pglocks/pglocks/internal/outcome"
+	"github.com/pglocks/pglocks/internal/pooler"
 )
 
 // SessionLock takes the exclusive session lock on key on conn, a
@@ -23,12 +27,32 @@ import (
 // [DefaultMinBackoff] to [DefaultMaxBackoff], never a wait on the server,
 // whose cancel could leave a ghost waiter that takes the lock later.
 //
-// Before the first try it checks conn's session, in one round trip (and,
-// behind a pooler, the probe a [Locker] makes, which SETs the custom
-// setting pglocks.probe on conn's session and opens one more connection
-// from conn's config for a moment): behind a pooler in transaction or
+// Before the first try it checks conn's session, on every call: one round
+// trip (pg_backend_pid, pg_is_in_recovery) on a direct connection. Behind
+// a pooler, the first call on conn also makes the probe a [Locker] makes,
+// which SETs the custom setting pglocks.probe on conn's session and opens
+// a second connection from conn's config for a moment — it needs a second
+// server session from the pooler, and costs about 5 ms on a local
+// PgBouncer; its verdict is kept for conn, so later calls cost the one
+// round trip. The probe is bounded by [PoolerCheckTimeout] whatever ctx
+// says: a session-mode pooler with no free server session for it (conn
+// has the last one) fails the call with an error that says so, rather than
+// hanging for as long as ctx allows. Behind a pooler in transaction or
 // statement mode it fails with [ErrTransactionPooling], on a standby with
 // [ErrStandby], and takes nothing.
+//
+// conn is the caller's, with the caller's settings: unlike a Locker's
+// connections it gets no tcp_user_timeout, keepalive or
+// idle_session_timeout from pglocks, so if the holder is partitioned from
+// the server, the server keeps its session, and the lock, until its TCP
+// keepalives give up — about two hours with the OS defaults — and behind
+// a pooler, whose server link stays healthy, until the pooler's own
+// client keepalives do. Bound it yourself: on a direct connection, server
+// settings in conn's DSN (pgx sends unknown DSN keys to the server), such
+// as tcp_user_timeout=10000&tcp_keepalives_idle=5&tcp_keepalives_interval=2;
+// behind a pooler, where those act on the pooler's link, SET
+// idle_session_timeout (PostgreSQL 14 and later) on conn to a bound its
+// holder never stays idle that long; and a deadline on ctx for the work.
 //
 // A try or unlock statement that fails after it was sent may have taken
 // or kept the lock (a session lock outlives its statement's error), so
@@ -105,6 +129,27 @@ func checkOnConn(ctx context.Context, conn *pgx.Conn, key pglocks.Key) error {
 	return nil
 }
 
+// PoolerCheckTimeout bounds the pooler probe of [SessionLock] and
+// [TrySessionLock], whatever their ctx: behind a session-mode pooler the
+// probe's second connection waits for a free server session, which may
+// never come.
+const PoolerCheckTimeout = 10 * time.Second
+
+// keptSession holds the connections whose session a probe found kept
+// (behind a session-mode pooler), so that later calls on them skip the
+// probe: keyed by a weak pointer to the connection's *pgconn.PgConn, and
+// dropped once the connection is garbage.
+var keptSession sync.Map // weak.Pointer[pgconn.PgConn] → struct{}
+
+// rememberKept records that pc's session is kept from one statement to the
+// next; a client of a session-mode pooler stays on its server session.
+func rememberKept(pc *pgconn.PgConn) {
+	k := weak.Make(pc)
+	if _, had := keptSession.LoadOrStore(k, struct{}{}); !had {
+		runtime.AddCleanup(pc, func(k weak.Pointer[pgconn.PgConn]) { keptSession.Delete(k) }, k)
+	}
+}
+
 // checkSession refuses conn when its statements may run on more than one
 // server session (a pooler in transaction or statement mode) or on a
 // standby, as a Locker refuses such a session (see [Locker.connect]).
@@ -118,7 +163,23 @@ func checkSession(ctx context.Context, conn *pgx.Conn) error {
 	if dc.InRecovery {
 		return outcome.MarkFatal(ErrStandby)
 	}
-	return refuseTransactionPooling(ctx, &pgxpool.Config{ConnConfig: conn.Config()}, dc)
+	if !pooler.Behind(dc) {
+		return nil
+	}
+	if _, ok := keptSession.Load(weak.Make(conn.PgConn())); ok {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, PoolerCheckTimeout)
+	defer cancel()
+	err = refuseTransactionPooling(pctx, &pgxpool.Config{ConnConfig: conn.Config()}, dc)
+	switch {
+	case err == nil:
+		rememberKept(conn.PgConn())
+	case ctx.Err() == nil && pctx.Err() != nil:
+		return fmt.Errorf("check session: the pooler check needs a second server session; is the pool full? "+
+			"(none came within %v: conn may hold the pooler's last server session): %w", PoolerCheckTimeout, err)
+	}
+	return err
 }
 
 // callOnConn runs fn (pg_try_advisory_lock or pg_advisory_unlock) on key

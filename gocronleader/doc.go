@@ -13,7 +13,8 @@
 // What it guarantees:
 //
 //   - IsLeader returns nil only while this replica holds a term of the
-//     election and trusts it (leader.Term.TrustedUntil is after now): the
+//     election and trusts it (leader.Elector.Trusted: its TrustedUntil is
+//     after now): the
 //     leader package's guarantee, that at most one candidate trusts a term
 //     at any instant, is IsLeader's. It costs no round trip.
 //   - After the leader crashes or its session dies, another replica takes
@@ -21,7 +22,12 @@
 //     default) and its scheduler runs the next runs; after the leader's
 //     [Elector.Close] (a resignation), at once.
 //   - An election that cannot run (the lease table is missing, a wrong
-//     password) makes IsLeader return the cause, so runs are skipped.
+//     password) fails [Start] with the cause. One that stops later for
+//     such a reason does not restart: IsLeader returns the cause, so runs
+//     are skipped, and [Elector.Done] is closed, [Elector.Err] the cause.
+//     gocron drops IsLeader's error — it counts the run as skipped and logs
+//     nothing — so watch Done (or the leader.Elector's State) to alert or
+//     exit.
 //
 // What it does not guarantee:
 //

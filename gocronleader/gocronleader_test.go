@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pglocks/pglocks/gocronleader"
 	"github.com/pglocks/pglocks/leader"
+	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -132,8 +134,7 @@ func TestCrashedLeaderReplaced(t *testing.T) {
 }
 
 // TestBadInput: a nil elector is refused; a nil or zero Elector gives
-// errors; an election that cannot run (no lease table) makes IsLeader
-// return its cause.
+// errors.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -148,27 +149,31 @@ func TestBadInput(t *testing.T) {
 	if (&gocronleader.Elector{}).IsLeader(ctx) == nil {
 		t.Error("zero Elector: IsLeader nil")
 	}
+}
+
+// TestStartWithoutTable: an election that cannot run — no lease table —
+// fails Start, with the cause; gocron would drop IsLeader's error, and the
+// campaign never restarts.
+func TestStartWithoutTable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	pool := pgtest.New(t).NewPool(t) // no lease table
 	le, err := leader.New(leader.Config{Name: "no-table", Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer le.Close(ctx)
+	began := time.Now()
 	el, err := gocronleader.Start(le)
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		_ = el.Close(ctx)
+		t.Fatal("Start without a lease table: no error (the campaign fails in the background, and gocron drops IsLeader's error)")
 	}
-	waitFor(t, "the campaign to fail", func() bool {
-		return el.IsLeader(ctx) != gocronleader.ErrNotLeader // the bare sentinel: still campaigning
-	})
-	err = el.IsLeader(ctx)
-	t.Logf("IsLeader without a lease table: %v", err)
-	if !errors.Is(err, gocronleader.ErrNotLeader) {
-		t.Errorf("IsLeader = %v, want ErrNotLeader and the cause", err)
+	if !errors.Is(err, lease.ErrNoTable) {
+		t.Fatalf("Start without a lease table: %v, want lease.ErrNoTable", err)
 	}
-	if err := el.Close(ctx); err == nil {
-		t.Error("Close of a failed campaign: no error")
-	}
+	t.Logf("Start without a lease table, after %v: %v", time.Since(began).Round(time.Millisecond), err)
 }
 
 func total(runs map[string]int) int {
@@ -244,4 +249,46 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		<-timer.C
 		delay = min(2*delay, 50*time.Millisecond)
 	}
+}
+
+// TestCampaignStops: the lease table is dropped under a running leader:
+// the campaign stops for good, Done is closed and Err says why, and
+// IsLeader returns it; after Close, Err is that error still.
+func TestCampaignStops(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := setup(t, ctx)
+	le, err := leader.New(leader.Config{Name: "stops", Pool: db.NewPool(t), TTL: 2 * time.Second, RetryInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Close(ctx)
+	el, err := gocronleader.Start(le)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer el.Close(ctx)
+	waitFor(t, "leadership", func() bool { return el.IsLeader(ctx) == nil })
+	select {
+	case <-el.Done():
+		t.Fatal("Done closed while the campaign runs")
+	default:
+	}
+	if el.Err() != nil {
+		t.Fatalf("Err while the campaign runs: %v", el.Err())
+	}
+	if _, err := db.Conn(t).Exec(ctx, "drop table pglocks_leases"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-el.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the campaign did not stop within a minute of its table's drop")
+	}
+	if !errors.Is(el.Err(), lease.ErrNoTable) || !errors.Is(el.IsLeader(ctx), lease.ErrNoTable) {
+		t.Fatalf("after the drop: Err %v, IsLeader %v; want lease.ErrNoTable", el.Err(), el.IsLeader(ctx))
+	}
+	t.Logf("campaign stopped: %v", el.Err())
 }

@@ -68,7 +68,7 @@ func startReplica(dsn, name string, onRun func(string)) (*replica, error) {
 // IsLeader should have prevented), and records its start and end.
 func (r *replica) run(ctx context.Context) {
 	term := int64(-1)
-	if t, ok := r.le.Current(); ok && time.Now().Before(t.TrustedUntil()) {
+	if t, ok := r.le.Trusted(); ok {
 		term = t.Number
 	}
 	var id int64

@@ -9,12 +9,22 @@
 //	s.NewJob(gocron.CronJob("*/5 * * * *", false), gocron.NewTask(report), gocron.WithName("report"))
 //
 // gocron asks Lock(ctx, job name) before each run and unlocks after it.
-// Lock starts a run of the job (named by gocron's job name, which should
-// be set with gocron.WithName: the default is the Go function's name) for
-// the slot of that moment by the server's clock, with the Locker's policy
-// ([schedule.Job.Start]): Policy.Period is the slot's granularity — at most
-// the job's interval, and more than twice Policy.Tolerance, the skew the
-// replicas' timers may have. A replica whose Lock finds the slot taken gets
+// Lock starts a run of the job named by gocron's job name. Set it with
+// gocron.WithName: the default is the Go function's name, so two jobs
+// built on one function (two NewJob calls with the same task, different
+// schedules or parameters) would share one job and one slot, and only
+// one of them would run per slot. The run is for the slot of that moment
+// by the server's clock, with the Locker's policy ([schedule.Job.Start]):
+// Policy.Period is the slot's granularity, more than twice
+// Policy.Tolerance (the skew the replicas' timers may have), and
+//   - for a cron job (gocron.CronJob, DailyJob, …), whose ticks fall at the
+//     same times on every replica, at most the job's interval;
+//   - for an interval job (gocron.DurationJob and the like), equal to its
+//     interval: each replica's timer starts when its scheduler does, so
+//     the replicas tick out of phase, and a shorter Period would give
+//     their ticks different slots and run the job once per replica.
+//
+// A replica whose Lock finds the slot taken gets
 // the [*schedule.TakenError], and gocron skips that run there (its
 // AfterLockError listener sees the error). Unlock records the run as
 // [schedule.Finished] — gocron does not tell a Locker how the job went —

@@ -22,10 +22,20 @@
 //     6543) SessionLock fails with advisory.ErrTransactionPooling and
 //     goose applies no migration: there the lock would stay on a pooled
 //     server session, held for nobody, or be taken twice. Migrate through
-//     a direct or session-mode connection.
-//   - The *sql.DB must use pgx's stdlib driver (github.com/jackc/pgx/v5/stdlib):
-//     the pooler check reads the connection's startup pid through it. With
-//     another driver (lib/pq) SessionLock fails and takes nothing.
+//     a direct or session-mode connection. goose has created its version
+//     table (goose_db_version) by then: it does so before it asks for
+//     the lock, so the refusal leaves that empty table behind.
+//   - Behind a pooler, SessionLock's check opens a second connection for
+//     a moment, which needs a second server session from the pooler (see
+//     advisory.SessionLock); when none comes within
+//     advisory.PoolerCheckTimeout (10 s) — a session-mode pool of one —
+//     it fails, saying the pool may be full, rather than wait as long as
+//     goose's ctx.
+//   - The *sql.DB must use pgx's stdlib driver: import _
+//     "github.com/jackc/pgx/v5/stdlib" and open it with sql.Open("pgx",
+//     dsn). The pooler check reads the connection's startup pid through
+//     it. With another driver (lib/pq) SessionLock fails, with an error
+//     saying so, and takes nothing.
 //   - SessionUnlock is bounded by [UnlockTimeout] (goose passes a ctx that
 //     is never cancelled), checks that the session held the lock, and
 //     closes the connection when the unlock's outcome is unknown, so the
@@ -42,7 +52,15 @@
 //     long statement notices its client is gone only when the statement
 //     ends, or sooner with client_connection_check_interval (PostgreSQL 14
 //     and later) set on the migrating connection. A partitioned replica's
-//     session lasts as long as the server's TCP keepalives allow.
+//     session, and the lock, last as long as the server's TCP keepalives
+//     allow — about two hours with the OS defaults, and behind a pooler
+//     until the pooler's keepalives give up: goose's connection is yours,
+//     and pglocks sets nothing on it. Bound it in the DSN (pgx sends
+//     unknown keys to the server as settings):
+//     tcp_user_timeout=10000&tcp_keepalives_idle=5&tcp_keepalives_interval=2
+//     on a direct connection, and give goose a ctx with a deadline (goose
+//     passes that ctx to SessionLock; it never cancels the one it passes
+//     to SessionUnlock).
 //   - goose's HasPending, Status and GetDBVersion take no lock (goose's
 //     design), and Up calls HasPending first: on a fresh database every
 //     replica tries to create goose's version table at once, unlocked, and

@@ -51,7 +51,10 @@ func (l *Locker) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	if err := l.check(); err != nil {
 		return err
 	}
-	return stdsql.SessionLock(ctx, conn, l.key)
+	if err := stdsql.SessionLock(ctx, conn, l.key); err != nil {
+		return fmt.Errorf("gooselock: %w", err)
+	}
+	return nil
 }
 
 // SessionUnlock releases the lock on conn's session within
@@ -65,7 +68,10 @@ func (l *Locker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, UnlockTimeout)
 	defer cancel()
-	return stdsql.SessionUnlock(ctx, conn, l.key)
+	if err := stdsql.SessionUnlock(ctx, conn, l.key); err != nil {
+		return fmt.Errorf("gooselock: %w", err)
+	}
+	return nil
 }
 
 func (l *Locker) check() error {

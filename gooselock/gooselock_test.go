@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -161,21 +162,31 @@ func TestRefusedBehindTransactionPooling(t *testing.T) {
 			if err := pdb.Conn(t).QueryRow(ctx, "select to_regclass('applied')::text").Scan(&table); err != nil || table != nil {
 				t.Fatalf("a migration ran after the refusal (table %v, %v)", table, err)
 			}
+			// goose created its version table before it asked for the
+			// lock (the package doc says so).
+			if err := pdb.Conn(t).QueryRow(ctx, "select to_regclass('goose_db_version')::text").Scan(&table); err != nil || table == nil {
+				t.Fatalf("goose's version table after the refusal: %v, %v; the doc says goose creates it first", table, err)
+			}
 		})
 	}
 }
 
-// TestNeedsPgxDriver: with lib/pq the Locker refuses, and goose applies
-// nothing.
+// TestNeedsPgxDriver: with lib/pq the Locker refuses, with an error that
+// names gooselock and the fix, and goose applies nothing.
 func TestNeedsPgxDriver(t *testing.T) {
 	t.Parallel()
 	pdb := pgtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := newProvider(t, openDB(t, "postgres", pdb.DSN)).Up(ctx); err == nil {
+	_, err := newProvider(t, openDB(t, "postgres", pdb.DSN)).Up(ctx)
+	if err == nil {
 		t.Fatal("Up with lib/pq succeeded")
-	} else {
-		t.Logf("lib/pq: %v", err)
+	}
+	t.Logf("lib/pq: %v", err)
+	for _, want := range []string{"gooselock: ", `import _ "github.com/jackc/pgx/v5/stdlib"`, `sql.Open("pgx"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Up with lib/pq: the error does not say %s", want)
+		}
 	}
 	var table *string
 	if err := pdb.Conn(t).QueryRow(ctx, "select to_regclass('applied')::text").Scan(&table); err != nil || table != nil {

@@ -67,8 +67,12 @@ type Config struct {
 	// History is how many runs of each job the table keeps, newest first:
 	// slot, owner, token, start, end, outcome. A slot is remembered as run
 	// while its run is among them, so a job must not be asked to run a
-	// slot older than its last History runs (Start never does). At least 1,
-	// at most [MaxHistory]. Default: 20.
+	// slot older than its last History runs. Start never does: it marks a
+	// period slot only while the slot's window is open by the server clock
+	// and no later slot has run (a Start that stalled past that gets
+	// [ErrWindowClosed]); an explicit key passed to StartSlot is the
+	// caller's to keep in order. At least 1, at most [MaxHistory].
+	// Default: 20.
 	History int
 }
 
@@ -87,34 +91,48 @@ type Policy struct {
 	// start runs that slot, not the one ending. So the slot of server time
 	// t is floor((t + Tolerance) / Period), and a replica whose timer fires
 	// up to Tolerance early or up to Period − Tolerance late lands on the
-	// intended slot. It must be below Period/2. Default: 5s, or Period/4
-	// when that is shorter.
+	// intended slot. It must be below Period/2. Zero means the default,
+	// 5s or Period/4 when that is shorter; for (almost) none, set 1µs: a
+	// slot then runs only for a Start at or after its start.
 	Tolerance time.Duration
 
 	// AtLeast is ShedLock's lockAtLeastFor: a run starts only if no run of
 	// the job started (by the server clock) within the last AtLeast — "not
-	// more often than every AtLeast", whatever the slots. Zero: no such
-	// limit.
+	// more often than every AtLeast", whatever the slots. With Period,
+	// keep AtLeast ≤ Period − 2×Tolerance: runs of two slots in a row may
+	// start that close together (a replica Tolerance late, the next one
+	// Tolerance early), and a larger AtLeast may skip the second slot
+	// (AtLeast = Period does whenever a slot's ticks come earlier in it
+	// than the last run's did). Zero: no such limit.
 	AtLeast time.Duration
 
 	// AtMost is ShedLock's lockAtMostFor: the longest a run holds the job.
 	// The run's lease is then taken for AtMost and not renewed, so the
 	// server frees the job AtMost after the run started whatever the run
 	// does, and the run's Context ends a safety margin before (the lease's
-	// Config.SafetyMargin, TTL/10 by default). Zero: the lease is taken
-	// for TTL and renewed in the background for as long as the run lasts.
+	// Config.SafetyMargin, TTL/10 by default). A run that ignores its
+	// Context goes on after AtMost without the job: its row shows it
+	// [Crashed], and the next Start may begin while it runs (see
+	// RerunCrashed). At least lease.MinTTL (100ms). Zero: the lease is
+	// taken for TTL and renewed in the background for as long as the run
+	// lasts.
 	AtMost time.Duration
 
 	// TTL is the time to live of a run's lease when AtMost is zero: it is
 	// renewed every TTL × the store's RenewFraction while the run lasts,
-	// and a run whose process died frees the job within TTL. Default: 30s.
+	// and a run whose process died frees the job within TTL. At least
+	// lease.MinTTL (100ms). Default: 30s.
 	TTL time.Duration
 
-	// RerunCrashed lets a replica run a slot again when the slot's run
-	// crashed: its lease ended (TTL or AtMost after its process died or
-	// lost the database) before its end was recorded. By default such a
-	// slot is not run again: a crashed run may have done part or all of
-	// its work, and a second run could repeat it.
+	// RerunCrashed lets a replica run a slot again, within the slot's
+	// window, when the slot's run crashed: its lease ended before its end
+	// was recorded — TTL after its process died or lost the database, or
+	// at AtMost, whether or not the run still goes on. A run that outlasts
+	// AtMost and ignores its Context is thus run a second time while it
+	// still runs: the two overlap, and only fencing (Run.Lease) keeps the
+	// first one's writes out. By default such a slot is not run again: a
+	// crashed run may have done part or all of its work, and a second run
+	// could repeat it.
 	RerunCrashed bool
 }
 
@@ -136,8 +154,12 @@ func (p Policy) Validate() error {
 		return invalid("Policy.AtLeast is %v: it must not be negative", p.AtLeast)
 	case p.AtMost < 0:
 		return invalid("Policy.AtMost is %v: it must not be negative", p.AtMost)
+	case p.AtMost > 0 && p.AtMost < lease.MinTTL:
+		return invalid("Policy.AtMost is %v: a run's lease lasts at least lease.MinTTL (%v)", p.AtMost, lease.MinTTL)
 	case p.TTL < 0:
 		return invalid("Policy.TTL is %v: it must not be negative", p.TTL)
+	case p.TTL > 0 && p.TTL < lease.MinTTL:
+		return invalid("Policy.TTL is %v: a run's lease lasts at least lease.MinTTL (%v)", p.TTL, lease.MinTTL)
 	case p.AtMost > 0 && p.TTL > 0:
 		return invalid("Policy.AtMost (%v) and Policy.TTL (%v) are both set: a run's lease is taken for AtMost, unrenewed, or for TTL, renewed", p.AtMost, p.TTL)
 	}

@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -146,7 +147,7 @@ func TestBusy(t *testing.T) {
 		t.Fatalf("start while another slot's run outlasts the window: %v", err)
 	}
 	t.Logf("%v after %v (the window closed %v after the slot's start)", err, time.Since(began).Round(time.Millisecond), period-tolerance)
-	if n := doneCount(t, a.pool, "busy", start.Format(time.RFC3339Nano)); n != 0 {
+	if n := doneCount(t, a.pool, "busy", schedule.SlotKey(start)); n != 0 {
 		t.Fatalf("the busy slot ran %d times", n)
 	}
 }
@@ -168,4 +169,51 @@ func awaitWaiter(t *testing.T, r *replica, job string) {
 		}
 	}
 	t.Error("no store waited for the job's lease within a minute")
+}
+
+// TestLeaseFloor: a Policy whose run's lease would be shorter than
+// lease.MinTTL — TTL or AtMost — is refused by Runner.Job with an error
+// naming the field, not by every Start.
+func TestLeaseFloor(t *testing.T) {
+	t.Parallel()
+	r := newReplica(t, pgtest.New(t), "r", 0)
+	for want, p := range map[string]schedule.Policy{
+		"Policy.TTL is 50ms":    {TTL: 50 * time.Millisecond},
+		"Policy.AtMost is 99ms": {AtMost: 99 * time.Millisecond},
+	} {
+		if _, err := r.runner.Job("j", p); !errors.Is(err, schedule.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Job(%s): %v, want ErrInvalid naming it", want, err)
+		}
+		if err := p.Validate(); !errors.Is(err, schedule.ErrInvalid) {
+			t.Errorf("Validate(%s): %v", want, err)
+		}
+	}
+	if _, err := r.runner.Job("j", schedule.Policy{AtMost: lease.MinTTL}); err != nil {
+		t.Errorf("AtMost = lease.MinTTL: %v", err)
+	}
+}
+
+// TestNoRunTable: without the run table, a Start and History fail with an
+// error wrapping ErrNoTable that says how to create it.
+func TestNoRunTable(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	r := newReplica(t, pgtest.New(t), "r", 0)
+	if _, err := r.pool.Exec(ctx, "drop table pglocks_runs"); err != nil {
+		t.Fatal(err)
+	}
+	_, startErr := r.job(t, "j", schedule.Policy{Period: time.Hour}).Start(ctx)
+	_, histErr := r.runner.History(ctx, "", 1)
+	for what, err := range map[string]error{"Start": startErr, "History": histErr} {
+		if !errors.Is(err, schedule.ErrNoTable) || !strings.Contains(fmt.Sprint(err), "Runner.Migrate") || !strings.Contains(fmt.Sprint(err), "schedule.SchemaSQL") {
+			t.Errorf("%s without the run table: %v, want ErrNoTable naming Runner.Migrate and schedule.SchemaSQL", what, err)
+		}
+	}
+	t.Logf("Start without the run table: %v", startErr)
+	if err := r.runner.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.job(t, "j", schedule.Policy{Period: time.Hour}).Do(ctx, r.work); err != nil {
+		t.Fatalf("after Migrate: %v", err)
+	}
 }

@@ -19,18 +19,14 @@ type Job struct {
 	name   string
 	lease  string
 	policy Policy
+	hooks  hooks // tests only: nil funcs in production
 }
 
-// slot is what a Start decided: the slot's key and, for a period slot,
-// its start and the end of its window, with the server time of the
-// decision and the local time its reply came.
-type slot struct {
-	key    string
-	start  time.Time // period slots: the slot's start (server clock)
-	closes time.Time // period slots: start + Period − Tolerance (server clock)
-	every  bool      // an AtLeast-only job: the key is the decision's time
-	at     time.Time // server clock
-	local  time.Time // time.Now() when the reply came
+// hooks are points where a test stalls a Start or injects a fault.
+type hooks struct {
+	afterPeek  func() // between the read of the slot and the acquire
+	beforeMark func() // between the acquire and the mark
+	waiting    func() // before a Start waits for another slot's run
 }
 
 // usable returns nil for a Job made by Runner.Job.
@@ -66,7 +62,10 @@ func (j *Job) Policy() Policy {
 // caller must end with [Run.End] or [Run.Finish]; or a [*TakenError] naming
 // the run that has the slot; or an error wrapping [ErrBusy] when another
 // slot's run held the job until this slot's window closed (Start waits for
-// it until then). ctx bounds the whole call, that wait included.
+// it until then); or one wrapping [ErrWindowClosed] when the Start came to
+// mark the run after the window closed or a later slot ran (it stalled).
+// Either way the slot was not run. ctx bounds the whole call, that wait
+// included.
 func (j *Job) Start(ctx context.Context) (*Run, error) {
 	if err := j.check(ctx); err != nil {
 		return nil, err
@@ -79,9 +78,13 @@ func (j *Job) Start(ctx context.Context) (*Run, error) {
 }
 
 // StartSlot is [Job.Start] for a slot the caller names: key is the slot's
-// key, such as a cron tick's scheduled time, the same on every replica.
-// The server's clock plays no part but for Policy.AtLeast. A run of
-// another slot that holds the job is waited for until ctx ends.
+// key, the same on every replica. Keys are opaque text, compared byte for
+// byte: for a tick's scheduled time pass [SlotKey](tick), which spells
+// each instant one way ("2026-11-23T04:00:00Z" and
+// "2026-11-23T05:00:00+01:00" would be two slots). The server's clock
+// plays no part but for Policy.AtLeast, and an explicit slot has no
+// window: a run of another slot that holds the job is waited for until
+// ctx ends.
 func (j *Job) StartSlot(ctx context.Context, key string) (*Run, error) {
 	if err := j.check(ctx); err != nil {
 		return nil, err
@@ -105,14 +108,20 @@ func (j *Job) check(ctx context.Context) error {
 func (j *Job) start(ctx context.Context, key string) (*Run, error) {
 	sl, prev, err := j.peek(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("schedule: job %q: read the server clock and the slot: %w", j.name, err)
+		return nil, fmt.Errorf("schedule: job %q: read the server clock and the slot: %w", j.name, j.r.explain(err))
 	}
 	if prev != nil && j.taken(*prev) {
 		return nil, j.takenBy(ctx, sl, *prev)
 	}
+	if j.hooks.afterPeek != nil {
+		j.hooks.afterPeek()
+	}
 	l, err := j.acquire(ctx, sl)
 	if err != nil {
 		return nil, err
+	}
+	if j.hooks.beforeMark != nil {
+		j.hooks.beforeMark()
 	}
 	run, err := j.mark(ctx, l, sl)
 	if err != nil {
@@ -168,11 +177,11 @@ func (j *Job) peek(ctx context.Context, key string) (slot, *Record, error) {
 		sl.key = key
 	case slotStart.Valid:
 		sl.start = slotStart.Time
-		sl.key = sl.start.UTC().Format(time.RFC3339Nano)
+		sl.key = SlotKey(sl.start)
 		sl.closes = sl.start.Add(p.Period - p.Tolerance)
 	default:
 		sl.every = true
-		sl.key = sl.at.UTC().Format(time.RFC3339Nano)
+		sl.key = SlotKey(sl.at)
 	}
 	if !found {
 		return sl, nil, nil
@@ -199,7 +208,7 @@ func (j *Job) acquire(ctx context.Context, sl slot) (*lease.Lease, error) {
 		}
 		return l, nil
 	}
-	if info, err := store.Get(ctx, j.lease); err == nil && info.Held && (sl.every || slotOfMeta(info.Metadata) == sl.key) {
+	if info, err := store.Get(ctx, j.lease); err == nil && info.Held && (sl.every || sl.same(slotOfMeta(info.Metadata))) {
 		return nil, j.startedBy(ctx, sl, info)
 	}
 	wctx, cancel := ctx, context.CancelFunc(func() {})
@@ -207,10 +216,12 @@ func (j *Job) acquire(ctx context.Context, sl slot) (*lease.Lease, error) {
 		wctx, cancel = context.WithDeadline(ctx, sl.local.Add(sl.closes.Sub(sl.at)))
 	}
 	defer cancel()
+	if j.hooks.waiting != nil {
+		j.hooks.waiting()
+	}
 	l, err = store.Acquire(wctx, j.lease, ttl, opts...)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		return nil, fmt.Errorf("%w: job %q slot %s not run: the job was held (token %d, owner %s) until the slot's window closed at %s",
-			ErrBusy, j.name, sl.key, held.Token, held.Owner, sl.closes.UTC().Format(time.RFC3339Nano))
+		return nil, j.busy(ctx, sl, held)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("schedule: job %q slot %s: %w", j.name, sl.key, err)
@@ -218,13 +229,30 @@ func (j *Job) acquire(ctx context.Context, sl slot) (*lease.Lease, error) {
 	return l, nil
 }
 
+// busy returns the error of a Start whose wait for the job, held by
+// another run (held), lasted until the slot's window closed: a TakenError
+// if the slot has a run — another waiter's — or else an error wrapping
+// ErrBusy and ErrWindowClosed.
+func (j *Job) busy(ctx context.Context, sl slot, held *lease.HeldError) error {
+	if rec, found, err := j.slotRun(ctx, sl); err == nil && found && j.taken(rec) {
+		return j.takenBy(ctx, sl, rec)
+	}
+	return fmt.Errorf("%w: job %q slot %s not run: the job was held (token %d, owner %s) until the slot's window closed at %s (%w)",
+		ErrBusy, j.name, sl.key, held.Token, held.Owner, SlotKey(sl.closes), ErrWindowClosed)
+}
+
+// slotRun reads the newest run that has sl (see peek), if any.
+func (j *Job) slotRun(ctx context.Context, sl slot) (Record, bool, error) {
+	q := j.r
+	return scanRecord(j.name, q.cfg.Pool.QueryRow(ctx, q.q.slot, q.args(j.name, sl.key, j.policy.AtLeast.Microseconds(), sl.startArg())...).Scan)
+}
+
 // startedBy returns the TakenError of a slot whose job another replica
 // holds to start that slot (info is its lease). If the slot has a run
 // already — the holder read it as free before that run, and will find it
 // taken — the error names that run instead.
 func (j *Job) startedBy(ctx context.Context, sl slot, info lease.Info) error {
-	q := j.r
-	rec, found, err := scanRecord(j.name, q.cfg.Pool.QueryRow(ctx, q.q.slot, q.args(j.name, sl.key, j.policy.AtLeast.Microseconds())...).Scan)
+	rec, found, err := j.slotRun(ctx, sl)
 	if err == nil && found && j.taken(rec) {
 		return j.takenBy(ctx, sl, rec)
 	}

@@ -54,7 +54,18 @@ func (r *replica) now() time.Time { return time.Now().Add(r.skew) }
 // newReplica makes a replica on db, closed when the test ends.
 func newReplica(t testing.TB, db *pgtest.DB, name string, skew time.Duration) *replica {
 	t.Helper()
-	r := &replica{name: name, skew: skew, pool: db.NewPool(t)}
+	return newSkewedReplica(t, db.NewPool(t), name, skew)
+}
+
+// newReplicaOn makes a replica on pool, its clock not skewed.
+func newReplicaOn(t testing.TB, pool *pgxpool.Pool, name string) *replica {
+	t.Helper()
+	return newSkewedReplica(t, pool, name, 0)
+}
+
+func newSkewedReplica(t testing.TB, pool *pgxpool.Pool, name string, skew time.Duration) *replica {
+	t.Helper()
+	r := &replica{name: name, skew: skew, pool: pool}
 	store, err := lease.New(r.pool, lease.Config{Hostname: name, Now: r.now})
 	if err != nil {
 		t.Fatal(err)

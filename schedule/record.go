@@ -30,9 +30,17 @@ const (
 	Lost Outcome = "lost"
 	// Crashed: the run's lease ended before its end was recorded — its
 	// process died, or lost the database for longer than its lease, or the
-	// record of its start or end had an unknown outcome. It may have done
-	// none, part or all of its work.
+	// record of its start or end had an unknown outcome, or it outlasted
+	// Policy.AtMost (whose lease is not renewed). It may have done none,
+	// part or all of its work — and after an AtMost overrun, or renewals
+	// that failed, it may still be running: "crashed" says the job is no
+	// longer held for it, not that it stopped.
 	Crashed Outcome = "crashed"
+	// Unknown: only in the Record that [Run.End] returns, never in the
+	// table: the record of the run's end was sent but its reply never
+	// came, so the table says either the outcome End meant to write or
+	// running (then crashed, once the run's lease ended).
+	Unknown Outcome = "unknown"
 )
 
 // Record is one run of a job, as the run table keeps it. Times are by the
@@ -40,9 +48,10 @@ const (
 type Record struct {
 	// Job is the job's name.
 	Job string
-	// Slot is the slot's key: a period slot's start in RFC 3339 (UTC),
-	// an explicit key as given to [Job.StartSlot], or for an AtLeast-only
-	// job the server time at which the run was decided.
+	// Slot is the slot's key: a period slot's start as [SlotKey] gives it
+	// (runs of earlier versions: RFC 3339 without trailing zeros), an
+	// explicit key as given to [Job.StartSlot], or for an AtLeast-only job
+	// the SlotKey of the server time at which the run was decided.
 	Slot string
 	// SlotStart is a period slot's start; zero for other slots.
 	SlotStart time.Time
@@ -63,8 +72,12 @@ type Record struct {
 	Error string
 }
 
-// String describes the run in one line.
+// String describes the run in one line; the zero Record, which Do and
+// End return with some errors, is "no run".
 func (r Record) String() string {
+	if r.Job == "" && r.Token == 0 && r.Outcome == "" {
+		return "no run"
+	}
 	s := fmt.Sprintf("%s slot %s: token %d on %s (pid %d), %s", r.Job, r.Slot, r.Token, r.Hostname, r.PID, r.Outcome)
 	if !r.End.IsZero() && !r.Start.IsZero() {
 		s += fmt.Sprintf(" in %v", r.End.Sub(r.Start).Round(time.Millisecond))
@@ -81,9 +94,17 @@ var (
 	ErrTaken = errors.New("schedule: slot taken")
 
 	// ErrBusy is wrapped by the error of a Start whose slot was not run:
-	// another slot's run held the job until this slot's window closed
-	// (runs of one job never overlap).
+	// another slot's run held the job until this slot's window closed, and
+	// no other replica ran the slot meanwhile (else the Start returns a
+	// [*TakenError] naming that run). It wraps [ErrWindowClosed] too.
 	ErrBusy = errors.New("schedule: job busy with another slot")
+
+	// ErrWindowClosed is wrapped by the error of a Start that came too
+	// late for its period slot: the slot's window had closed (or a later
+	// slot had run) by the time it could mark the run — its replica
+	// stalled, or waited for the job ([ErrBusy] errors wrap it too). The
+	// slot was not run by this Start, and no Start will run it now.
+	ErrWindowClosed = errors.New("schedule: the slot's window closed")
 )
 
 // TakenError is the error of a Start that found its slot taken: another

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/pglocks/pglocks/internal/outcome"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -87,12 +88,14 @@ func (r *Run) Context() context.Context {
 // the final record.
 //
 // End is cleanup: it runs on a context detached from ctx (its values
-// kept, its cancellation not), bounded by 30 s. If the
-// record's outcome is unknown, the run may stay recorded as running and
-// then counts as crashed (with RerunCrashed, the slot may run again); the
-// lease is released all the same (see lease.Lease.Release, which ends the
-// lease whatever happens). A second End returns the first one's record and
-// an error.
+// kept, its cancellation not), bounded by 30 s. If the record of the end
+// fails, End returns an error and a Record whose Outcome is [Unknown] when
+// the statement may have run (its reply never came: the table says the
+// outcome meant, or running), or [Crashed] when it did not; a run left
+// recorded as running counts as crashed (with RerunCrashed, the slot may
+// run again). The lease is released all the same (see
+// lease.Lease.Release, which ends the lease whatever happens). A second
+// End returns the first one's record and an error.
 func (r *Run) End(ctx context.Context, err error) (Record, error) {
 	o := Succeeded
 	if err != nil {
@@ -154,7 +157,14 @@ func (r *Run) record(ctx context.Context, o Outcome, runErr error) (Record, erro
 		rec.Outcome = Crashed
 		return rec, fmt.Errorf("schedule: job %q slot %s: the run was marked crashed by a later run: its lease was lost, then taken", rec.Job, rec.Slot)
 	case err != nil:
-		return rec, fmt.Errorf("schedule: job %q slot %s: record the run's end (%s): %w", rec.Job, rec.Slot, o, err)
+		rec.Outcome = Crashed // not recorded: the row stays running, crashed once the lease is released
+		if outcome.Of(err) == outcome.Unknown {
+			rec.Outcome = Unknown
+			return rec, fmt.Errorf("schedule: job %q slot %s: record the run's end (%s): outcome unknown (the table says %s, "+
+				"or running and then crashed): %w", rec.Job, rec.Slot, o, o, err)
+		}
+		return rec, fmt.Errorf("schedule: job %q slot %s: record the run's end (%s): not recorded (the run counts as crashed): %w",
+			rec.Job, rec.Slot, o, q.explain(err))
 	}
 	rec.Start, rec.End = start, end
 	return rec, nil

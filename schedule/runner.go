@@ -107,7 +107,7 @@ func (r *Runner) History(ctx context.Context, job string, n int) ([]Record, erro
 	}
 	rows, err := r.cfg.Pool.Query(ctx, r.q.history, r.args(job, n)...)
 	if err != nil {
-		return nil, fmt.Errorf("schedule: history: %w", err)
+		return nil, fmt.Errorf("schedule: history: %w", r.explain(err))
 	}
 	var recs []Record
 	for rows.Next() {
@@ -115,18 +115,18 @@ func (r *Runner) History(ctx context.Context, job string, n int) ([]Record, erro
 		rec, _, err := scanRecord("", rows.Scan, &name)
 		if err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("schedule: history: %w", err)
+			return nil, fmt.Errorf("schedule: history: %w", r.explain(err))
 		}
 		rec.Job = name
 		recs = append(recs, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("schedule: history: %w", err)
+		return nil, fmt.Errorf("schedule: history: %w", r.explain(err))
 	}
 	for i, rec := range recs {
 		if rec.Outcome == Running {
 			if recs[i], err = r.settle(ctx, rec); err != nil {
-				return nil, fmt.Errorf("schedule: history: %w", err)
+				return nil, fmt.Errorf("schedule: history: %w", r.explain(err))
 			}
 		}
 	}

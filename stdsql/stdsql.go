@@ -17,7 +17,11 @@
 // migrations), which need pgx's stdlib driver: through it they check that
 // the connection keeps its server session (no pooler in transaction or
 // statement mode). Unlock before conn.Close: database/sql does not know of
-// the lock and would hand the connection out again still holding it.
+// the lock and would hand the connection out again still holding it, and
+// session locks being re-entrant, the next borrower that locks the same
+// key on it would get it at once, without waiting — two holders in one
+// process, neither excluded. The connection gets no timeouts from
+// pglocks: see advisory.SessionLock for bounding a partitioned holder.
 //
 // [Tx] adapts a *sql.Tx to the pgx.Tx those functions take. It supports
 // what they use — QueryRow and Exec — and Commit and Rollback; the other
