@@ -25,7 +25,7 @@ type noTableError struct {
 // Error names the table and the cure, then the server's error.
 func (e *noTableError) Error() string {
 	return fmt.Sprintf("schedule: table %s does not exist: create it with Runner.Migrate (which creates the lease table too), "+
-		"or with the DDL of schedule.SchemaSQL in your migration tool: %v", e.table, e.err)
+		"with the DDL of schedule.SchemaSQL in your migration tool, or with \"pglocks migrate\": %v", e.table, e.err)
 }
 
 // Unwrap returns ErrNoTable and the server's error.

@@ -258,7 +258,8 @@ func statusOfErr(err error) int {
 		return exitUsage
 	case errors.Is(err, lease.ErrNotFound):
 		return exitNotFound
-	case errors.Is(err, lease.ErrNoTable), errors.Is(err, lease.ErrNoPrivilege), errors.Is(err, lease.ErrReadOnly):
+	case errors.Is(err, lease.ErrNoTable), errors.Is(err, lease.ErrNoPrivilege), errors.Is(err, lease.ErrReadOnly),
+		errors.Is(err, schedule.ErrNoTable):
 		return exitConfig
 	}
 	var pgErr *pgconn.PgError
