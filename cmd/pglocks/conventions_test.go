@@ -164,3 +164,37 @@ func forward(conn net.Conn, addr string) {
 	go func() { _, _ = io.Copy(up, conn); up.Close() }()
 	_, _ = io.Copy(conn, up)
 }
+
+// TestRunWaitBoundsSilentServer: a server that accepts connections and
+// never answers does not hang pglocks: with -w the wait bounds every
+// connect attempt, and the run exits 69 soon after it (it hung until
+// killed: each attempt had no deadline and no connect timeout).
+func TestRunWaitBoundsSilentServer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var held []net.Conn
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, conn) // accepted, never answered
+		}
+	}()
+	c := cli{t: t, dsn: "postgres://postgres@" + ln.Addr().String() + "/postgres?sslmode=disable"}
+	start := time.Now()
+	_, errOut, code := c.run("run", "-w", "2", "silent", "--", "true")
+	took := time.Since(start)
+	if code != 69 || took > 20*time.Second {
+		t.Fatalf("run -w 2 against a silent server: status %d after %v (stderr %q), want 69 within the wait (and slack)", code, took.Round(time.Millisecond), errOut)
+	}
+	t.Logf("status 69 after %v", took.Round(time.Millisecond))
+}

@@ -288,11 +288,13 @@ func connect(ctx context.Context, dsn string, configure ...func(*pgxpool.Config)
 func connectUntil(ctx context.Context, dsn string, deadline time.Time) (*pgxpool.Pool, error) {
 	backoff := 100 * time.Millisecond
 	for {
-		pool, transient, err := dialPool(ctx, dsn)
-		if err == nil || !transient || time.Now().Add(backoff).After(deadline) {
+		actx, cancel := context.WithDeadline(ctx, deadline) // a silent server must not outlast the wait
+		pool, transient, err := dialPool(actx, dsn)
+		cancel()
+		if err == nil || !transient || !time.Now().Before(deadline) {
 			return pool, err
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(min(backoff, time.Until(deadline))) // one last attempt at the deadline
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -302,6 +304,11 @@ func connectUntil(ctx context.Context, dsn string, deadline time.Time) (*pgxpool
 		backoff = min(2*backoff, 2*time.Second)
 	}
 }
+
+// defaultConnectTimeout bounds a connection attempt whose DSN sets no
+// connect_timeout: a server that accepts and never answers must not hang a
+// cron job.
+const defaultConnectTimeout = 10 * time.Second
 
 // dialPool is connect, and says whether its error may pass by itself.
 func dialPool(ctx context.Context, dsn string, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, bool, error) {
@@ -314,6 +321,9 @@ func dialPool(ctx context.Context, dsn string, configure ...func(*pgxpool.Config
 	}
 	for _, f := range configure {
 		f(cfg)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
 	where := fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -142,7 +142,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // skipped turns a skip — NAME held elsewhere (75), the slot run elsewhere
-// (79) — into -E's status if given, without its message with -q.
+// (79) — into -E's status if given (with --once-per, 79 only), without its
+// message with -q.
 func skipped(err error, o runOpts) error {
 	var ee *exitError
 	var ec exitCode
@@ -155,7 +156,10 @@ func skipped(err error, o runOpts) error {
 	default:
 		return err
 	}
-	if o.skipCode >= 0 {
+	// With --once-per, -E remaps only "run elsewhere" (79): a 75 there means
+	// nobody ran the slot (the job was held by a run of another slot until
+	// this slot's window closed), which must stay loud.
+	if o.skipCode >= 0 && (o.oncePer == 0 || code == exitTaken) {
 		code = o.skipCode
 	}
 	if o.quiet || msg == "" {
@@ -174,7 +178,7 @@ func parseRun(ctx context.Context, args []string, stdout, stderr io.Writer) (run
 	fs.BoolVar(&nonblock, "nonblock", false, "the same as -n")
 	fs.Var(&wait, "w", "wait this long for the lock, and through an outage: seconds (30) or a duration (30s, 2m)")
 	fs.Var(&wait, "wait", "the same as -w")
-	fs.IntVar(&o.skipCode, "E", -1, "exit with this status when NAME is held (default 75), or with --once-per the slot was run elsewhere (default 79)")
+	fs.IntVar(&o.skipCode, "E", -1, "exit with this status when NAME is held (default 75), or with --once-per the slot was run elsewhere (default 79; a 75 stays 75 there)")
 	fs.IntVar(&o.skipCode, "conflict-exit-code", -1, "the same as -E")
 	fs.BoolVar(&o.quiet, "q", false, "print nothing when NAME is held elsewhere (cron mails stderr)")
 	fs.BoolVar(&o.quiet, "quiet", false, "the same as -q")
