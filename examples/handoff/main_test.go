@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/examples/internal/exampledb"
 	"github.com/pglocks/pglocks/examples/internal/exampletest"
+	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
