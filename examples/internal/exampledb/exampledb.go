@@ -1,9 +1,11 @@
 // Package exampledb gives every example under examples/ its database and its
 // main. The rule: an example runs on a throwaway PostgreSQL, started through
 // pgtest and removed when the example exits, unless it is given a database
-// with the flag -dsn URL (or --dsn). DATABASE_URL and libpq's PG* variables
-// are not read: an example never writes to a database it was not handed on
-// its command line.
+// with the flag -dsn URL (or --dsn). DATABASE_URL is not read: an example
+// never writes to an application's database it was not handed on its
+// command line. (The throwaway server is pgtest's, so PGTEST_DSN, a test
+// server, is honoured as in the tests: a fresh database there, dropped at
+// exit. libpq's PG* variables only fill in what a -dsn leaves out.)
 //
 // Given -dsn, the example works in a schema of its own,
 // pglocks_example_<random>, created at the start and dropped (cascade) at
