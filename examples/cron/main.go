@@ -16,9 +16,9 @@
 // replica, token, outcome.
 //
 // The replicas are goroutines with a pool, a [lease.Store] and a
-// [schedule.Runner] each, as separate processes would have. With
-// DATABASE_URL unset it runs on a throwaway PostgreSQL; with it set, it
-// creates its tables there (lease and run tables) and leaves them.
+// [schedule.Runner] each, as separate processes would have. It runs on a
+// throwaway PostgreSQL; with -dsn URL it runs in a schema of its own in
+// that database (its lease and run tables), dropped at the end.
 package main
 
 import (
@@ -71,7 +71,7 @@ type attempt struct {
 
 // run starts the replicas, lets them tick for the length of the schedule
 // and prints the job's history.
-func run(ctx context.Context, dsn string, out io.Writer) (attempts []attempt, err error) {
+func run(ctx context.Context, db exampledb.Target, out io.Writer) (attempts []attempt, err error) {
 	var rs []*replica
 	var stores []*lease.Store
 	defer func() {
@@ -83,16 +83,16 @@ func run(ctx context.Context, dsn string, out io.Writer) (attempts []attempt, er
 	var runner *schedule.Runner
 	for i, skew := range skews {
 		r := &replica{name: fmt.Sprintf("replica-%d", i+1), skew: skew}
-		if r.pool, err = pgxpool.New(ctx, dsn); err != nil {
+		if r.pool, err = pgxpool.New(ctx, db.DSN); err != nil {
 			return nil, err
 		}
-		store, err := lease.New(r.pool, lease.Config{Hostname: r.name, Now: r.now})
+		store, err := lease.New(r.pool, lease.Config{Schema: db.Schema, Hostname: r.name, Now: r.now})
 		if err != nil {
 			r.pool.Close()
 			return nil, err
 		}
 		rs, stores = append(rs, r), append(stores, store)
-		if runner, err = schedule.New(schedule.Config{Store: store, Pool: r.pool}); err != nil {
+		if runner, err = schedule.New(schedule.Config{Store: store, Pool: r.pool, Schema: db.Schema}); err != nil {
 			return nil, err
 		}
 		if r.job, err = runner.Job(job, schedule.Policy{Period: period, Tolerance: tolerance}); err != nil {

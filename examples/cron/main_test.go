@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks/examples/internal/exampledb"
+	"github.com/pglocks/pglocks/examples/internal/exampletest"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -21,7 +23,7 @@ func TestOncePerSlot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	attempts, err := run(ctx, pgtest.New(t).DSN, &out)
+	attempts, err := run(ctx, exampledb.Target{DSN: pgtest.New(t).DSN}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -69,4 +71,12 @@ func byTime(a, b string) int {
 	ta, _ := time.Parse(time.RFC3339Nano, a)
 	tb, _ := time.Parse(time.RFC3339Nano, b)
 	return ta.Compare(tb)
+}
+
+// TestLeavesNothing: run with -dsn on a user's database, the example works
+// in a schema of its own and drops it; the user's tables, rows and leases
+// are as they were.
+func TestLeavesNothing(t *testing.T) {
+	t.Parallel()
+	exampletest.LeavesNothing(t, run)
 }

@@ -8,8 +8,9 @@
 //	go run ./examples/handoff
 //
 // The API and the worker each have their own pool and [lease.Store], as
-// separate processes would. With DATABASE_URL unset it runs on a throwaway
-// PostgreSQL.
+// separate processes would. It runs on a throwaway PostgreSQL; with -dsn
+// URL it runs in a schema of its own in that database (its lease and job
+// tables), dropped at the end.
 package main
 
 import (
@@ -51,12 +52,12 @@ type process struct {
 	store *lease.Store
 }
 
-func start(ctx context.Context, dsn string) (*process, error) {
-	pool, err := pgxpool.New(ctx, dsn)
+func start(ctx context.Context, db exampledb.Target) (*process, error) {
+	pool, err := pgxpool.New(ctx, db.DSN)
 	if err != nil {
 		return nil, err
 	}
-	store, err := lease.New(pool, lease.Config{})
+	store, err := lease.New(pool, lease.Config{Schema: db.Schema})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -151,8 +152,8 @@ type trip struct {
 	After lease.Info
 }
 
-func run(ctx context.Context, dsn string, out io.Writer) (res trip, err error) {
-	api, err := start(ctx, dsn)
+func run(ctx context.Context, db exampledb.Target, out io.Writer) (res trip, err error) {
+	api, err := start(ctx, db)
 	if err != nil {
 		return res, err
 	}
@@ -181,7 +182,7 @@ func run(ctx context.Context, dsn string, out io.Writer) (res trip, err error) {
 	api.exit(ctx)
 	fmt.Fprintf(out, "api:    exits without releasing the lease\n")
 
-	worker, err := start(ctx, dsn)
+	worker, err := start(ctx, db)
 	if err != nil {
 		return res, err
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks/examples/internal/exampledb"
+	"github.com/pglocks/pglocks/examples/internal/exampletest"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
@@ -18,7 +20,7 @@ func TestHandoff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := run(ctx, pgtest.New(t).DSN, &out)
+	res, err := run(ctx, exampledb.Target{DSN: pgtest.New(t).DSN}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -40,11 +42,11 @@ func TestExpiredJobDropped(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	dsn := pgtest.New(t).DSN
-	if _, err := run(ctx, dsn, &bytes.Buffer{}); err != nil { // creates the tables
+	db := exampledb.Target{DSN: pgtest.New(t).DSN}
+	if _, err := run(ctx, db, &bytes.Buffer{}); err != nil { // creates the tables
 		t.Fatal(err)
 	}
-	p, err := start(ctx, dsn)
+	p, err := start(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,4 +79,12 @@ func TestExpiredJobDropped(t *testing.T) {
 	if exports != 0 {
 		t.Errorf("the stale job was exported %d times, want 0", exports)
 	}
+}
+
+// TestLeavesNothing: run with -dsn on a user's database, the example works
+// in a schema of its own and drops it; the user's tables, rows and leases
+// are as they were.
+func TestLeavesNothing(t *testing.T) {
+	t.Parallel()
+	exampletest.LeavesNothing(t, run)
 }

@@ -8,7 +8,9 @@
 //
 // Two instances (two httptest servers, each with its own pool and
 // [advisory.Locker], as two processes would have) receive concurrent PUTs.
-// With DATABASE_URL unset it runs on a throwaway PostgreSQL.
+// It runs on a throwaway PostgreSQL; with -dsn URL it runs on that
+// database, where advisory locks leave nothing behind (its schema of its
+// own stays empty and is dropped at the end).
 package main
 
 import (
@@ -139,7 +141,7 @@ type outcome struct {
 }
 
 // run fires concurrent PUTs at two instances: four for doc 7, one for doc 8.
-func run(ctx context.Context, dsn string, out io.Writer) (res outcome, err error) {
+func run(ctx context.Context, db exampledb.Target, out io.Writer) (res outcome, err error) {
 	slow := make(chan struct{})
 	var instances []*instance
 	defer func() {
@@ -148,7 +150,7 @@ func run(ctx context.Context, dsn string, out io.Writer) (res outcome, err error
 		}
 	}()
 	for _, name := range []string{"A", "B"} {
-		in, err := newInstance(ctx, name, dsn, slow)
+		in, err := newInstance(ctx, name, db.DSN, slow)
 		if err != nil {
 			return res, err
 		}

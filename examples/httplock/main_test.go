@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks/examples/internal/exampledb"
+	"github.com/pglocks/pglocks/examples/internal/exampletest"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -17,7 +19,7 @@ func TestBusyResourceGets429(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := run(ctx, pgtest.New(t).DSN, &out)
+	res, err := run(ctx, exampledb.Target{DSN: pgtest.New(t).DSN}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -51,4 +53,12 @@ func TestBusyResourceGets429(t *testing.T) {
 	if res.Again.Status != http.StatusOK {
 		t.Errorf("PUT after the writes finished: %v, want 200: the lock was not released", res.Again)
 	}
+}
+
+// TestLeavesNothing: run with -dsn on a user's database, the example works
+// in a schema of its own and drops it; the user's tables, rows and leases
+// are as they were.
+func TestLeavesNothing(t *testing.T) {
+	t.Parallel()
+	exampletest.LeavesNothing(t, run)
 }

@@ -4,9 +4,11 @@
 //
 //	go run ./examples/leader
 //
-// With DATABASE_URL unset it runs on a throwaway PostgreSQL; set it to use
-// yours. The replicas are this program itself, started again with
-// PGLOCKS_EXAMPLE_REPLICA set; the parent watches the election through
+// It runs on a throwaway PostgreSQL; with -dsn URL it runs in a schema of
+// its own in that database (its lease table), dropped at the end. The
+// replicas are this program itself, started again with
+// PGLOCKS_EXAMPLE_REPLICA set (and the database in
+// PGLOCKS_EXAMPLE_REPLICA_DSN and _SCHEMA); the parent watches the election through
 // [leader.Elector.Observe] and kills the process whose PID the leader's lease
 // records.
 package main
@@ -32,9 +34,12 @@ import (
 
 const (
 	election = "examples/leader"
-	// replicaEnv names the replica a re-executed process should be.
-	replicaEnv = "PGLOCKS_EXAMPLE_REPLICA"
-	replicas   = 3
+	// replicaEnv names the replica a re-executed process should be;
+	// replicaDSNEnv and replicaSchemaEnv its database.
+	replicaEnv       = "PGLOCKS_EXAMPLE_REPLICA"
+	replicaDSNEnv    = replicaEnv + "_DSN"
+	replicaSchemaEnv = replicaEnv + "_SCHEMA"
+	replicas         = 3
 )
 
 func main() {
@@ -64,19 +69,24 @@ func describe(l leader.Leader) string {
 }
 
 // run starts the replicas, kills the first leader and reports the failover.
-func run(ctx context.Context, dsn string, out io.Writer) (res failover, err error) {
-	pool, err := pgxpool.New(ctx, dsn)
+func run(ctx context.Context, db exampledb.Target, out io.Writer) (res failover, err error) {
+	pool, err := pgxpool.New(ctx, db.DSN)
 	if err != nil {
 		return res, err
 	}
 	defer pool.Close()
-	if err := migrate(ctx, pool); err != nil {
+	store, err := lease.New(pool, lease.Config{Schema: db.Schema})
+	if err != nil {
+		return res, err
+	}
+	defer store.Close(context.WithoutCancel(ctx))
+	if err := store.Migrate(ctx); err != nil {
 		return res, err
 	}
 
 	// An elector that never runs is an observer: it streams the state of
 	// the election without campaigning.
-	observer, err := leader.New(leader.Config{Name: election, Pool: pool})
+	observer, err := leader.New(leader.Config{Name: election, Pool: pool, Store: store})
 	if err != nil {
 		return res, err
 	}
@@ -85,7 +95,7 @@ func run(ctx context.Context, dsn string, out io.Writer) (res failover, err erro
 	defer cancel()
 	changes := observer.Observe(ctx)
 
-	procs, err := startReplicas(dsn)
+	procs, err := startReplicas(db)
 	defer func() { err = errors.Join(err, procs.stop()) }()
 	if err != nil {
 		return res, err
@@ -129,15 +139,6 @@ func run(ctx context.Context, dsn string, out io.Writer) (res failover, err erro
 	return res, nil
 }
 
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	store, err := lease.New(pool, lease.Config{})
-	if err != nil {
-		return err
-	}
-	defer store.Close(ctx)
-	return store.Migrate(ctx)
-}
-
 // await returns the first state of the election, held by a leader, that ok
 // accepts. It gives up after 30 seconds.
 func await(ctx context.Context, changes <-chan leader.Leader, ok func(leader.Leader) bool) (leader.Leader, error) {
@@ -167,7 +168,7 @@ type replicaProc struct {
 
 // startReplicas starts the replica processes. Each gets a pipe as stdin:
 // closing it (or the parent's death) stops the replica.
-func startReplicas(dsn string) (replicaSet, error) {
+func startReplicas(db exampledb.Target) (replicaSet, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -175,7 +176,8 @@ func startReplicas(dsn string) (replicaSet, error) {
 	var procs replicaSet
 	for i := 1; i <= replicas; i++ {
 		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=replica-%d", replicaEnv, i), "DATABASE_URL="+dsn)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=replica-%d", replicaEnv, i),
+			replicaDSNEnv+"="+db.DSN, replicaSchemaEnv+"="+db.Schema)
 		cmd.Stderr = os.Stderr // for errors; replicas print nothing else
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -237,19 +239,25 @@ func replicaMain(id string) {
 		_, _ = io.Copy(io.Discard, os.Stdin) // EOF: the parent stopped us or died
 		cancel()
 	}()
-	if err := replica(ctx, id, os.Getenv("DATABASE_URL")); err != nil {
+	db := exampledb.Target{DSN: os.Getenv(replicaDSNEnv), Schema: os.Getenv(replicaSchemaEnv)}
+	if err := replica(ctx, id, db); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", id, err)
 		os.Exit(1)
 	}
 }
 
-func replica(ctx context.Context, id, dsn string) error {
-	pool, err := pgxpool.New(ctx, dsn)
+func replica(ctx context.Context, id string, db exampledb.Target) error {
+	pool, err := pgxpool.New(ctx, db.DSN)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	elector, err := leader.New(leader.Config{Name: election, Pool: pool, Identity: id})
+	store, err := lease.New(pool, lease.Config{Schema: db.Schema})
+	if err != nil {
+		return err
+	}
+	defer store.Close(context.WithoutCancel(ctx))
+	elector, err := leader.New(leader.Config{Name: election, Pool: pool, Identity: id, Store: store})
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks/examples/internal/exampledb"
+	"github.com/pglocks/pglocks/examples/internal/exampletest"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -25,7 +27,7 @@ func TestFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := run(ctx, pgtest.New(t).DSN, &out)
+	res, err := run(ctx, exampledb.Target{DSN: pgtest.New(t).DSN}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -55,4 +57,12 @@ func TestFailover(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
+}
+
+// TestLeavesNothing: run with -dsn on a user's database, the example works
+// in a schema of its own and drops it; the user's tables, rows and leases
+// are as they were.
+func TestLeavesNothing(t *testing.T) {
+	t.Parallel()
+	exampletest.LeavesNothing(t, run)
 }

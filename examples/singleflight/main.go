@@ -8,8 +8,9 @@
 //	go run ./examples/singleflight
 //
 // The processes are simulated by a pool and an [advisory.Locker] each, as
-// separate processes would have. With DATABASE_URL unset it runs on a
-// throwaway PostgreSQL.
+// separate processes would have. It runs on a throwaway PostgreSQL; with
+// -dsn URL it runs in a schema of its own in that database (its results
+// table), dropped at the end.
 package main
 
 import (
@@ -78,7 +79,7 @@ type tally struct {
 }
 
 // run sends every process several concurrent requests for one key.
-func run(ctx context.Context, dsn string, out io.Writer) (res tally, err error) {
+func run(ctx context.Context, db exampledb.Target, out io.Writer) (res tally, err error) {
 	var ps []*process
 	defer func() {
 		for _, p := range ps {
@@ -87,7 +88,7 @@ func run(ctx context.Context, dsn string, out io.Writer) (res tally, err error) 
 		}
 	}()
 	for i := 1; i <= processes; i++ {
-		pool, err := pgxpool.New(ctx, dsn)
+		pool, err := pgxpool.New(ctx, db.DSN)
 		if err != nil {
 			return res, err
 		}
@@ -96,7 +97,7 @@ func run(ctx context.Context, dsn string, out io.Writer) (res tally, err error) 
 			pool.Close()
 			return res, err
 		}
-		table, err := singleflight.NewTable(pool, "", "")
+		table, err := singleflight.NewTable(pool, db.Schema, "")
 		if err != nil {
 			return res, err
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks/examples/internal/exampledb"
+	"github.com/pglocks/pglocks/examples/internal/exampletest"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -16,7 +18,7 @@ func TestComputedOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := run(ctx, pgtest.New(t).DSN, &out)
+	res, err := run(ctx, exampledb.Target{DSN: pgtest.New(t).DSN}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -31,4 +33,12 @@ func TestComputedOnce(t *testing.T) {
 	if len(res.Values) != 1 {
 		t.Errorf("requests saw values %v, want one value", res.Values)
 	}
+}
+
+// TestLeavesNothing: run with -dsn on a user's database, the example works
+// in a schema of its own and drops it; the user's tables, rows and leases
+// are as they were.
+func TestLeavesNothing(t *testing.T) {
+	t.Parallel()
+	exampletest.LeavesNothing(t, run)
 }

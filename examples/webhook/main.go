@@ -8,7 +8,9 @@
 // payment was not processed yet, credits the account and records the payment.
 // The first delivery stalls (think of a long GC pause) while holding the lease
 // and wakes up after it expired and the others have run: Guard refuses its
-// write. With DATABASE_URL unset it runs on a throwaway PostgreSQL.
+// write. It runs on a throwaway PostgreSQL; with -dsn URL it runs in a
+// schema of its own in that database (its lease and payment tables),
+// dropped at the end.
 package main
 
 import (
@@ -140,13 +142,13 @@ func (o outcome) String() string {
 }
 
 // run delivers one payment event several times at once.
-func run(ctx context.Context, dsn string, out io.Writer) (sum summary, err error) {
-	pool, err := pgxpool.New(ctx, dsn)
+func run(ctx context.Context, db exampledb.Target, out io.Writer) (sum summary, err error) {
+	pool, err := pgxpool.New(ctx, db.DSN)
 	if err != nil {
 		return sum, err
 	}
 	defer pool.Close()
-	store, err := lease.New(pool, lease.Config{})
+	store, err := lease.New(pool, lease.Config{Schema: db.Schema})
 	if err != nil {
 		return sum, err
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks/examples/internal/exampledb"
+	"github.com/pglocks/pglocks/examples/internal/exampletest"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -16,7 +18,7 @@ func TestExactlyOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	sum, err := run(ctx, pgtest.New(t).DSN, &out)
+	sum, err := run(ctx, exampledb.Target{DSN: pgtest.New(t).DSN}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -27,16 +29,16 @@ func TestExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestRerun runs the example twice on one database, as with DATABASE_URL:
+// TestRerun runs the example twice on one database and schema:
 // each run has its own payment and processes it once.
 func TestRerun(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	dsn := pgtest.New(t).DSN
+	db := exampledb.Target{DSN: pgtest.New(t).DSN}
 	for range 2 {
 		var out bytes.Buffer
-		sum, err := run(ctx, dsn, &out)
+		sum, err := run(ctx, db, &out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,4 +46,18 @@ func TestRerun(t *testing.T) {
 			t.Errorf("got %+v, want one processed delivery and one credit", sum)
 		}
 	}
+}
+
+// TestLeavesNothing: run with -dsn on a user's database, the example works
+// in a schema of its own and drops it; the user's tables, rows and leases
+// are as they were.
+func TestLeavesNothing(t *testing.T) {
+	t.Parallel()
+	exampletest.LeavesNothing(t, run)
+}
+
+// TestIgnoresDatabaseURL: with DATABASE_URL set and no -dsn, the example
+// runs on a throwaway server and leaves DATABASE_URL's database alone.
+func TestIgnoresDatabaseURL(t *testing.T) { // not parallel: sets the environment
+	exampletest.IgnoresDatabaseURL(t, run)
 }
