@@ -41,9 +41,12 @@ func (l *Locker) beginCall() call {
 }
 
 // mayDialLocked reports whether a session dial may start now for c: while
-// dials fail, only when none is under way, and — unless no dial has failed
-// since c began, so that the latest failure is older than c — only once
-// the backoff has passed.
+// dials fail, only when none is under way, and only once the backoff has
+// passed — unless no session is open (c would otherwise get an error) and
+// no dial has failed since c began, so that the latest failure is older
+// than c. A dial that only spreads the load over more sessions always
+// waits for the backoff: a role at its connection limit would otherwise
+// see a dial (a backend forked and rejected) on almost every call.
 func (l *Locker) mayDialLocked(now time.Time, c call) bool {
 	if len(l.sessions)+l.dialing >= l.cfg.MaxSessions {
 		return false
@@ -51,7 +54,10 @@ func (l *Locker) mayDialLocked(now time.Time, c call) bool {
 	if l.dial.failed == nil {
 		return true
 	}
-	return l.dialing == 0 && !l.dial.listener && (l.dial.gen == c.gen || !now.Before(l.dial.next))
+	if l.dialing > 0 || l.dial.listener {
+		return false
+	}
+	return len(l.sessions) == 0 && l.dial.gen == c.gen || !now.Before(l.dial.next)
 }
 
 // dialEndedLocked records the result of a dial that started at start and
