@@ -92,10 +92,10 @@ func (l *Locker) Config() Config {
 // wrapping [ErrLocked] if another session holds it, or another holder in
 // this process holds or waits for it. Any other error is a real failure,
 // never "busy": the cause of a dial that failed (at once, without waiting
-// for ctx: a dial this call made, or one under way that it shared, never
-// one that failed before the call began; see "When the database is
-// unavailable" in the package doc), or a transport or server error. ctx
-// bounds the call.
+// for ctx: a dial this call made, one under way that it shared, or one
+// that ended less than 25 ms before the call began, whose error says so;
+// see "When the database is unavailable" in the package doc), or a
+// transport or server error. ctx bounds the call.
 func (l *Locker) TryLock(ctx context.Context, key pglocks.Key) (*Lock, error) {
 	return l.acquire(ctx, "trylock", key, false, false)
 }
