@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pglocks/pglocks/internal/failrun"
 	"sync"
 	"time"
 
@@ -38,7 +39,8 @@ type Locker struct {
 	ownPIDs    map[uint32]bool
 	closeErr   error
 
-	ev events // for the Logger and Observer, outside mu (see events)
+	ev    events      // for the Logger and Observer, outside mu (see events)
+	fails failrun.Run // the acquire calls failing now, for the Logger
 
 	closeOnce sync.Once
 }
