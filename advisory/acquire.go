@@ -9,6 +9,7 @@ import (
 
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/internal/backoff"
+	"github.com/pglocks/pglocks/internal/reach"
 )
 
 // attempt is one TryLock, Lock, TryRLock or RLock call: it holds the key's
@@ -62,6 +63,7 @@ func (a *attempt) run() (*Lock, error) {
 		case stepReturn:
 			return nil, a.giveUp(err)
 		case stepBusy:
+			reach.Answered(a.ctx) // the server answered: the key is held
 			if !a.wait {
 				a.l.unreserve(a.id, a.shared)
 				return nil, ErrLocked

@@ -166,10 +166,16 @@ type Config struct {
 
 	// Logger receives the locker's events, with attributes key, pid,
 	// elapsed, held and err: Debug for acquisitions, busy keys and
-	// releases (routine contention), Warn for failed acquire calls and
-	// lost locks. Default: slog.Default(), Warn and above only — failures
-	// and losses reach a program that configured nothing, routine events
-	// do not; give slog.New(slog.DiscardHandler) for silence.
+	// releases (routine contention); Warn for lost locks and, once per
+	// run of failures, for failed acquire calls — the first failure after
+	// a success (or the first of all) is logged at Warn with its cause,
+	// the next ones at Debug, and the acquisition that ends the run at
+	// Warn ("advisory: acquire succeeded again", with the number of
+	// failures and how long they lasted), so that tries looping through an
+	// outage log two warnings, not thousands a second. Default:
+	// slog.Default(), Warn and above only — failures and losses reach a
+	// program that configured nothing, routine events do not; give
+	// slog.New(slog.DiscardHandler) for silence.
 	//
 	// The Logger and the Observer are called with none of the locker's
 	// locks held, one event at a time in order, from the goroutine of the

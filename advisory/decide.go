@@ -97,15 +97,20 @@ func decide(err error, wait bool, retried, maxSessions int) step {
 }
 
 // dialError is the error of a session that could not be opened: err, from
-// a dial that started at started, returned to a call that began at call.
+// a dial that started at started and ended at ended, returned to a call
+// that began at call.
 type dialError struct {
-	err           error
-	started, call time.Time
+	err                  error
+	started, ended, call time.Time
 }
 
 // Error says "open session: " and the dial's error, and, when the dial
-// started before the call, that it did and how long before.
+// ended or started before the call, that it did and how long before.
 func (e dialError) Error() string {
+	if !e.ended.IsZero() && e.ended.Before(e.call) {
+		return fmt.Sprintf("open session: %v (the error of a dial that ended %v before this call, at %s)",
+			e.err, e.call.Sub(e.ended).Round(time.Microsecond), e.ended.Format("15:04:05.000000"))
+	}
 	if !e.started.IsZero() && e.started.Before(e.call) {
 		return fmt.Sprintf("open session: %v (the error of a dial that started %v before this call, at %s)",
 			e.err, e.call.Sub(e.started).Round(time.Microsecond), e.started.Format("15:04:05.000000"))

@@ -173,27 +173,32 @@
 // server, too many connections), and when its ctx ends its error wraps
 // ctx's error and the last cause.
 //
-// The rule for dials while they fail: a call made after the last failed
-// dial ended dials again at once, so that it never returns the error of a
-// dial that ended before it began — a TryLock made once the server is back
-// takes the lock (TestTryLockAfterRestartDialsAtOnce,
-// TestTryLockAfterRefusalEndsDialsAtOnce). Only one dial is under way at a
-// time, and every call that comes while it is shares it: when it fails,
+// The rule for dials while they fail: a call that finds no session open
+// and is made at least 25 ms (the shortest dial backoff) after the last
+// failed dial ended dials again at once, so that a TryLock made once the
+// server is back takes the lock (TestTryLockAfterRestartDialsAtOnce,
+// TestTryLockAfterRefusalEndsDialsAtOnce). A call made sooner returns that
+// dial's error, which says so: "the error of a dial that ended … before
+// this call" (never more than 25 ms before). Only one dial is under way at
+// a time, and every call that comes while it is shares it: when it fails,
 // their errors say that it is "the error of a dial that started … before
-// this call" (TestSharedDialErrorSaysItIsEarlier). A waiting Lock's own
-// retries are paced per Locker, however many calls wait: the next dial
-// 25–50 ms after a failure, doubling up to 0.5–1 s, so waiting calls
-// alone make at most 2 dials per second at steady state. Tries are not
-// paced: each try made after a failure makes (or shares) one dial, so a
-// caller that retries TryLock in a loop during an outage dials at its own
-// pace, one dial at a time — 50 goroutines trying every 10 ms against a
-// refused port made about 330 dials/s (shared by 14 calls each); back off
-// between tries, or wait with Lock. Measured on a 2-core machine
+// this call" (TestSharedDialErrorSaysItIsEarlier). So tries in a loop,
+// however many and however tight, make about one dial per 25 ms at most
+// (TestTryLockStormDialsPaced: 8 goroutines in a tight loop against a
+// refused port, 40 dials/s where each try used to dial, over 6,000/s; 50
+// goroutines every 10 ms, 35/s where they made 330–430). Every other dial
+// is paced by a backoff per Locker: a waiting Lock's retries, and the
+// dials that open more sessions to spread the load when sessions are
+// open (TestSpreadDialsKeepBackoff: a role at its connection limit sees
+// 4–5 rejected dials/s under load, not one per call) — the next dial
+// 25–50 ms after a failure, doubling up to 0.5–1 s, so at most 2 dials
+// per second at steady state. Measured on a 2-core machine
 // (TestTryLockReportsDialCause, TestLockBacksOffThroughOutage, under
 // -race too): TryLock returns the cause within 1–21 ms (refused: under
 // 1 ms; wrong password: 10–21 ms); a Lock called just after returns a
-// fatal cause within 4–16 ms; a Lock waiting through a 5 s outage makes
-// 10–11 connection attempts and uses 14–19 ms of CPU (0.3–0.4% of a core).
+// fatal cause within 46–59 ms (it waits for the next paced dial); a Lock
+// waiting through a 5 s outage makes 10–11 connection attempts and uses
+// 14–19 ms of CPU (0.3–0.4% of a core).
 //
 // A waiting Lock outlives its sessions: when the session it tries on is
 // terminated, reset or lost in a server restart, it goes on waiting on

@@ -17,13 +17,13 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// TestTryLockAfterRestartDialsAtOnce: a TryLock made after the server
-// accepts connections again dials at once and takes the lock, rather than
-// returning the error of a dial that failed during the outage ("connection
-// refused", 57P03 "the database system is starting up"). Before, the
-// Locker returned its last dial error to every try until its backoff
-// allowed the next dial, for up to a second after the server was back.
-// Three restarts, each with tries failing throughout the outage.
+// TestTryLockAfterRestartDialsAtOnce: a TryLock made RedialAfter (25 ms)
+// after the server accepts connections again dials at once and takes the
+// lock, rather than returning the error of a dial that failed during the
+// outage ("connection refused", 57P03 "the database system is starting
+// up"). Before, the Locker returned its last dial error to every try until
+// its backoff allowed the next dial, for up to a second after the server
+// was back. Three restarts, each with tries failing throughout the outage.
 func TestTryLockAfterRestartDialsAtOnce(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.NewServer(t)
@@ -69,6 +69,7 @@ func TestTryLockAfterRestartDialsAtOnce(t *testing.T) {
 		close(stop)
 		wg.Wait()
 		back := time.Now()
+		<-time.After(advisory.RedialAfter) // the rule: a call made RedialAfter after the last failed dial ended
 		lk, err = l.TryLock(ctx, key)
 		t.Logf("round %d: %d tries failed during the outage (last: %v; the last try of all took the lock: %v); the try after it: %v after the server was back: %v",
 			round, failed.Load(), lastErr.Load(), lastOK.Load(), time.Since(back).Round(time.Microsecond), err)
@@ -160,6 +161,7 @@ func TestSharedDialErrorSaysItIsEarlier(t *testing.T) {
 	if _, err := l.TryLock(ctx, key); err == nil {
 		t.Fatal("TryLock on a server that closes every connection succeeded")
 	}
+	<-time.After(advisory.RedialAfter) // the rule: the next call, made RedialAfter after the failed dial ended, dials
 	// The listener dials too, once a session is open: none is, so only
 	// session dials reach the gate.
 	g.hold()
@@ -199,9 +201,10 @@ func TestSharedDialErrorSaysItIsEarlier(t *testing.T) {
 // TestTryLockAfterRefusalEndsDialsAtOnce: the deterministic form of
 // TestTryLockAfterRestartDialsAtOnce. The database refuses connections
 // (datallowconn off: 55000 "not currently accepting connections") while
-// tries fail for a second, then accepts them again; the next TryLock
-// dials at once and takes the lock, where it used to return the refusal
-// of the last dial until the Locker's backoff (up to 1 s by then) passed.
+// tries fail for a second, then accepts them again; the next TryLock, made
+// RedialAfter later, dials at once and takes the lock, where it used to
+// return the refusal of the last dial until the Locker's backoff (up to
+// 1 s by then) passed.
 func TestTryLockAfterRefusalEndsDialsAtOnce(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -239,6 +242,7 @@ func TestTryLockAfterRefusalEndsDialsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
+	<-time.After(advisory.RedialAfter) // the rule: a call made RedialAfter after the last failed dial ended
 	lk, err = l.TryLock(ctx, key)
 	t.Logf("%d tries failed while refused; the try after: %v after the database was back: %v", failed, time.Since(back).Round(time.Microsecond), err)
 	if err != nil {

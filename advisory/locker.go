@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pglocks/pglocks/internal/failrun"
 	"sync"
 	"time"
 
@@ -38,7 +39,8 @@ type Locker struct {
 	ownPIDs    map[uint32]bool
 	closeErr   error
 
-	ev events // for the Logger and Observer, outside mu (see events)
+	ev    events      // for the Logger and Observer, outside mu (see events)
+	fails failrun.Run // the acquire calls failing now, for the Logger
 
 	closeOnce sync.Once
 }
@@ -92,10 +94,10 @@ func (l *Locker) Config() Config {
 // wrapping [ErrLocked] if another session holds it, or another holder in
 // this process holds or waits for it. Any other error is a real failure,
 // never "busy": the cause of a dial that failed (at once, without waiting
-// for ctx: a dial this call made, or one under way that it shared, never
-// one that failed before the call began; see "When the database is
-// unavailable" in the package doc), or a transport or server error. ctx
-// bounds the call.
+// for ctx: a dial this call made, one under way that it shared, or one
+// that ended less than 25 ms before the call began, whose error says so;
+// see "When the database is unavailable" in the package doc), or a
+// transport or server error. ctx bounds the call.
 func (l *Locker) TryLock(ctx context.Context, key pglocks.Key) (*Lock, error) {
 	return l.acquire(ctx, "trylock", key, false, false)
 }

@@ -10,15 +10,26 @@ import (
 )
 
 // observeAcquire logs and reports the end of an acquire call that started
-// at start, and returns its result unchanged. The report is queued after
-// the hold's Start (see [events]) and delivered before the call returns
-// unless another goroutine is delivering; no lock is held.
+// at start, and returns its result unchanged. A failed call is logged at
+// Warn only when it begins a run of failures, and the acquisition that
+// ends the run at Warn too (see internal/failrun and Config.Logger); the
+// others at Debug. The report is queued after the hold's Start (see [events]) and
+// delivered before the call returns unless another goroutine is
+// delivering; no lock is held.
 func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.Time, lk *Lock, err error) (*Lock, error) {
 	o := l.cfg.Observer
 	res := acquireResult(err, wait)
 	level := slog.LevelDebug
-	if res == pglocks.ResultError {
-		level = slog.LevelWarn
+	var failures int64
+	var failing time.Duration
+	switch res {
+	case pglocks.ResultError:
+		level = l.fails.Fail(time.Now())
+	case pglocks.ResultAcquired:
+		var ended bool
+		if failures, failing, ended = l.fails.Succeed(time.Now); ended {
+			level = slog.LevelWarn
+		}
 	}
 	log := l.cfg.Logger
 	if !log.Enabled(context.Background(), level) && (o == nil || o.Acquire == nil) {
@@ -32,11 +43,19 @@ func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.T
 	l.post(func() {
 		switch res {
 		case pglocks.ResultAcquired:
+			if failures > 0 {
+				log.Warn("advisory: acquire succeeded again", "failures", failures, "failing_for", failing.Round(time.Millisecond),
+					"key", key.String(), "pid", pid)
+			}
 			log.Debug("advisory: acquired", "key", key.String(), "shared", shared, "pid", pid, "elapsed", elapsed)
 		case pglocks.ResultBusy:
 			log.Debug("advisory: busy", "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
 		default:
-			log.Warn("advisory: acquire failed", "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
+			msg := "advisory: acquire failed"
+			if level >= slog.LevelWarn {
+				msg += "; further failures are logged at Debug until an acquire succeeds"
+			}
+			log.Log(context.Background(), level, msg, "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
 		}
 		if o != nil && o.Acquire != nil {
 			o.Acquire(pglocks.AcquireEvent{Kind: pglocks.KindAdvisory, Name: key.String(), Shared: shared,

@@ -9,22 +9,32 @@ import (
 
 // dialState paces the Locker's dials (sessions and listener alike) while
 // they fail: after a failed dial at most one dial is under way, shared by
-// every call that waits for a session, and a call made after the last
-// failed dial ended starts the next one at once (see pickSession); a dial
-// that only retries — for a call that already saw a dial fail, or for the
-// listener — starts no earlier than next, a capped exponential backoff
-// with jitter (internal/backoff: 25–50 ms after the first failure,
-// doubling to 0.5–1 s), so waiting calls make at most 2 dials per second
-// at steady state during an outage, however many there are. A successful
-// dial ends it. Guarded by Locker.mu.
+// every call that waits for a session. A call that finds no session open
+// and was made at least redialAfter after the last failed dial ended
+// starts the next one at once (see pickSession); any other dial — for a
+// call made sooner, for a call that already saw a dial fail, to spread
+// the load over more sessions, or for the listener — starts no earlier
+// than next, a capped exponential backoff with jitter (internal/backoff:
+// 25–50 ms after the first failure, doubling to 0.5–1 s). So calls make
+// at most one dial per redialAfter plus the dial's own time during an
+// outage (about 40/s against a refused port), and waiting calls alone at most 2 dials per second
+// at steady state, however many calls there are. A successful dial ends
+// it. Guarded by Locker.mu.
 type dialState struct {
 	failed   error     // the latest dial's error; nil after a success
 	failedAt time.Time // when the dial that failed started
+	endedAt  time.Time // when the dial that failed ended
 	gen      uint64    // failed dials so far
 	next     time.Time // while failed: no retrying dial before this
 	listener bool      // the listener is dialing
 	bo       backoff.Backoff
 }
+
+// redialAfter is how long the error of a failed dial answers the calls
+// that find no session open before one of them dials again: the shortest
+// backoff of dialState. A try made sooner returns that error, marked as
+// the error of a dial that ended before the call.
+const redialAfter = backoff.DefaultMin / 2
 
 // call is what pickSession knows of the call it picks a session for: when
 // it began, and how many dials had failed by then.
@@ -41,9 +51,11 @@ func (l *Locker) beginCall() call {
 }
 
 // mayDialLocked reports whether a session dial may start now for c: while
-// dials fail, only when none is under way, and — unless no dial has failed
-// since c began, so that the latest failure is older than c — only once
-// the backoff has passed.
+// dials fail, only when none is under way, and only once the backoff has
+// passed — unless no session is open (c would otherwise get an error) and
+// the latest failure ended at least redialAfter before c began. A dial that only spreads the load over more sessions always
+// waits for the backoff: a role at its connection limit would otherwise
+// see a dial (a backend forked and rejected) on almost every call.
 func (l *Locker) mayDialLocked(now time.Time, c call) bool {
 	if len(l.sessions)+l.dialing >= l.cfg.MaxSessions {
 		return false
@@ -51,16 +63,21 @@ func (l *Locker) mayDialLocked(now time.Time, c call) bool {
 	if l.dial.failed == nil {
 		return true
 	}
-	return l.dialing == 0 && !l.dial.listener && (l.dial.gen == c.gen || !now.Before(l.dial.next))
+	if l.dialing > 0 || l.dial.listener {
+		return false
+	}
+	fresh := l.dial.gen == c.gen && c.at.Sub(l.dial.endedAt) >= redialAfter
+	return len(l.sessions) == 0 && fresh || !now.Before(l.dial.next)
 }
 
 // dialEndedLocked records the result of a dial that started at start and
 // wakes whoever waits for one.
 func (l *Locker) dialEndedLocked(err error, start time.Time) {
 	if err != nil {
-		l.dial.failed, l.dial.failedAt = err, start
+		now := time.Now()
+		l.dial.failed, l.dial.failedAt, l.dial.endedAt = err, start, now
 		l.dial.gen++
-		l.dial.next = time.Now().Add(l.dial.bo.Next())
+		l.dial.next = now.Add(l.dial.bo.Next())
 	} else if l.dial.failed != nil {
 		l.dial.failed = nil
 		l.dial.bo.Reset()
@@ -79,10 +96,11 @@ func (l *Locker) dialEndedLocked(err error, start time.Time) {
 //
 // When none is open and none can be opened, it returns a dialError. The
 // rule (see the package doc, When the database is unavailable): a call c
-// made after the last failed dial ended dials at once — it never gets the
-// error of a dial that ended before it began — while a dial under way is
-// shared by every call that comes meanwhile, whose error then says that
-// the dial started before the call. A try (wait false) returns the error
+// made at least redialAfter after the last failed dial ended dials at
+// once; one made sooner gets that dial's error, which then says that the
+// dial ended before the call; and a dial under way is shared by every
+// call that comes meanwhile, whose error then says that the dial started
+// before the call. A try (wait false) returns the error
 // of the dial it made or shared; a waiting call only a failure of a dial
 // that ended after this pick began, so that a retrying Lock waits for the
 // next dial, which dialState paces.
@@ -108,7 +126,7 @@ func (l *Locker) pickSession(ctx context.Context, wait bool, c call) (*session, 
 		}
 		idle := l.dialing == 0 && !l.dial.listener
 		if err := l.dial.failed; err != nil && (l.dial.gen != gen || !wait && idle) {
-			de := dialError{err: err, started: l.dial.failedAt, call: c.at}
+			de := dialError{err: err, started: l.dial.failedAt, ended: l.dial.endedAt, call: c.at}
 			l.mu.Unlock()
 			return nil, de
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/reach"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -58,9 +59,9 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 		resign: make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	e.answered()
 	e.mu.Lock()
 	e.current = t
-	e.reachedAt = time.Now()
 	e.mu.Unlock()
 	e.notify(ctx)
 	return t, nil
@@ -75,8 +76,10 @@ func (e *Elector) lockWatching(ctx context.Context, hooks *dispatcher) (*advisor
 	})
 }
 
-// watching runs wait — the campaign's wait for the lock or the lease —
-// and meanwhile, every RetryInterval, reads the lease row: it reports new
+// watching runs wait — the campaign's wait for the lock or the lease,
+// whose tries the server answers "held" while another candidate leads:
+// each answer counts as reaching the database (see neverReached) — and
+// meanwhile, every RetryInterval, reads the lease row: it reports new
 // leaders to OnNewLeader, and, if terminate, it breaks a stale leader — one
 // whose lease has expired by the server clock while its session still
 // holds the advisory lock — by terminating that session. A read that fails
@@ -94,18 +97,19 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 			switch {
 			case errors.Is(err, lease.ErrNotFound):
 				e.reached()
+				e.recovered(&e.readFails, "leader: read lease succeeded again")
 				continue
 			case err != nil && lctx.Err() == nil && fatal(err):
 				cancel(fmt.Errorf("read the lease: %w", err))
 				return
 			case err != nil:
 				if lctx.Err() == nil {
-					e.setErr(err)
-					e.cfg.Logger.Warn("leader: read lease failed; retrying", "election", e.cfg.Name, "err", err)
+					e.failed(&e.readFails, "leader: read lease failed; retrying", err)
 				}
 				continue
 			}
 			e.reached()
+			e.recovered(&e.readFails, "leader: read lease succeeded again")
 			l := leaderFromInfo(e.cfg.Name, info)
 			if l.Held && !sameTerm(l, last) && hooks != nil && e.cfg.OnNewLeader != nil {
 				hooks.do(func() { e.cfg.OnNewLeader(l) })
@@ -116,7 +120,7 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 			last = l
 		}
 	}()
-	v, err := wait(lctx)
+	v, err := wait(reach.With(lctx, e.answered)) // a try answered "held" reached the database
 	cause := context.Cause(lctx)
 	cancel(nil)
 	<-watched

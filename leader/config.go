@@ -137,15 +137,19 @@ type Config struct {
 	Channel string
 
 	// Logger receives the elector's events: Info for elections and
-	// demotions, Warn for retried failures (a campaign or a read of the
-	// lease row that failed: every RetryInterval or so while the database
-	// cannot be reached), for lost terms and for the fallbacks behind a
-	// pooler in transaction mode (lease-only campaigns, a polling
-	// Observe), Error for a campaign that cannot succeed (which Run also
-	// returns). Default: slog.Default(), Warn and above only — failures
-	// and fallbacks reach a program that configured nothing, elections do
-	// not; give slog.New(slog.DiscardHandler) for silence, and see
-	// [Elector.State] for the same facts without a logger.
+	// demotions; Warn for lost terms, for the fallbacks behind a pooler in
+	// transaction mode (lease-only campaigns, a polling Observe) and, once
+	// per run of failures, for retried failures — the first campaign, or
+	// the first read of the lease row, that fails after a success (or
+	// first of all) is logged at Warn with its cause, the next ones at
+	// Debug, and the one that ends the run at Warn ("leader: campaign
+	// reached the database again", "leader: read lease succeeded again",
+	// with the number of failures and how long they lasted); Error for a
+	// campaign that cannot succeed (which Run also returns). Default:
+	// slog.Default(), Warn and above only — failures and fallbacks reach a
+	// program that configured nothing, elections do not; give
+	// slog.New(slog.DiscardHandler) for silence, and see [Elector.State]
+	// for the same facts without a logger.
 	Logger *slog.Logger
 
 	// Observer receives the election's events for metrics: each term's

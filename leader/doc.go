@@ -164,12 +164,17 @@
 // A campaign that cannot succeed — the lease table is missing, a privilege
 // or the password is wrong, the server is read-only — makes [Elector.Run]
 // return the cause at once (the lease package's errors say what cures
-// it). Other failures are retried with capped, jittered backoff and logged
-// at Warn, which reaches slog.Default() unless Config.Logger says
-// otherwise: a candidate that cannot reach the database says so about
-// every RetryInterval (TestDefaultLoggerWarns). If Run's ctx ends before
-// any campaign of that Run reached the database, Run returns the last
-// failure rather than nil (TestRunSaysWhyItNeverCampaigned).
+// it). Other failures are retried with capped, jittered backoff and
+// logged, which reaches slog.Default() unless Config.Logger says
+// otherwise: a candidate that cannot reach the database says so once at
+// Warn, with the cause, logs the later failures at Debug, and says at
+// Warn when it reaches the database again (TestDefaultLoggerWarns,
+// TestUnreachableWarnsOnce). If Run's ctx ends before any campaign of
+// that Run reached the database, Run returns the last failure rather than
+// nil (TestRunSaysWhyItNeverCampaigned); a campaign whose tries the server
+// answered — a follower waiting behind a live leader — has reached it,
+// even if every read of the lease row failed
+// (TestFollowerBehindLeaderStopsCleanly).
 // [Elector.State] reports whether the candidate runs and leads, until
 // when its term is trusted, and the last error and when, for health
 // checks.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pglocks/pglocks/internal/failrun"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -65,6 +66,9 @@ type Elector struct {
 	lastErr   error
 	errAt     time.Time
 	reachedAt time.Time // the last time a campaign step got an answer from the database
+	// Runs of failures of campaigns and of reads of the lease row, for
+	// the Logger (see failed).
+	campaignFails, readFails failrun.Run
 }
 
 // tenure is a term being led: the two things held (one, lease-only), and
@@ -255,8 +259,8 @@ func (e *Elector) Resign(ctx context.Context) error {
 // When ctx ends, a leader's work is cancelled ([ErrStopped]) and, once it
 // has returned, the leader resigns with a fresh context bounded by
 // RetryInterval + 5s, and Run returns nil — unless no campaign of this Run
-// ever reached the database (none was elected or read the lease row) and
-// one failed: then Run returns an error that wraps the last failure (not
+// ever reached the database (none was elected, had a try answered "held"
+// or read the lease row) and one failed: then Run returns an error that wraps the last failure (not
 // ctx's error), so that a candidate that could not campaign during its
 // whole life does not stop as if all was well. When leadership is lost instead,
 // the elector steps down at once — releases its lease and unlocks — and
@@ -268,7 +272,8 @@ func (e *Elector) Resign(ctx context.Context) error {
 // the lease's wrap [lease.ErrNoTable], [lease.ErrNoPrivilege] or
 // [lease.ErrReadOnly] and say what cures them.
 // Other failures (the server restarting, a network error) are retried with
-// capped, jittered backoff, logged at Warn and reported by [Elector.State].
+// capped, jittered backoff, logged (at Warn once per run of failures, see
+// Config.Logger) and reported by [Elector.State].
 // Run also returns an error when lead is nil, when the elector is closed
 // ([ErrClosed], also when Close is called during Run), or when another Run
 // is under way ([ErrRunning]).
@@ -305,13 +310,13 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term T
 			if ctx.Err() != nil {
 				break
 			}
-			e.setErr(err)
 			if fatal(err) {
+				e.setErr(err)
 				e.cfg.Logger.Error("leader: campaign cannot succeed", "election", e.cfg.Name, "err", err)
 				return fmt.Errorf("leader: election %q: %w", e.cfg.Name, err)
 			}
 			sitOut = bo.Next()
-			e.cfg.Logger.Warn("leader: campaign failed; retrying", "election", e.cfg.Name, "err", err, "retry_in", sitOut)
+			e.failed(&e.campaignFails, "leader: campaign failed; retrying", err, "retry_in", sitOut)
 			continue
 		}
 		bo.Reset()

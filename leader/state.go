@@ -1,6 +1,12 @@
 package leader
 
-import "time"
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/pglocks/pglocks/internal/failrun"
+)
 
 // State is what an [Elector] reports about itself, for health checks and
 // metrics: whether it runs and leads, until when its term is trusted, and
@@ -57,6 +63,33 @@ func (e *Elector) reached() {
 	e.mu.Lock()
 	e.reachedAt = time.Now()
 	e.mu.Unlock()
+}
+
+// answered records that the campaign's wait for the lock or the lease got
+// an answer from the database (a try answered "held", or the election),
+// which ends a run of campaign failures.
+func (e *Elector) answered() {
+	e.reached()
+	e.recovered(&e.campaignFails, "leader: campaign reached the database again")
+}
+
+// failed records err, a failure that will be retried, as the last error
+// and logs msg with it: at Warn when it begins a run of failures of its
+// kind, else at Debug (see Config.Logger).
+func (e *Elector) failed(run *failrun.Run, msg string, err error, attrs ...any) {
+	e.setErr(err)
+	level := run.Fail(time.Now())
+	if level >= slog.LevelWarn {
+		msg += "; further failures are logged at Debug until one succeeds"
+	}
+	e.cfg.Logger.Log(context.Background(), level, msg, append([]any{"election", e.cfg.Name, "err", err}, attrs...)...)
+}
+
+// recovered logs msg at Warn when a success ends a run of failures.
+func (e *Elector) recovered(run *failrun.Run, msg string) {
+	if n, d, ended := run.Succeed(time.Now); ended {
+		e.cfg.Logger.Warn(msg, "election", e.cfg.Name, "failures", n, "failing_for", d.Round(time.Millisecond))
+	}
 }
 
 // neverReached returns the last error recorded since began if no campaign

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pglocks/pglocks/internal/backoff"
 	"github.com/pglocks/pglocks/internal/outcome"
+	"github.com/pglocks/pglocks/internal/reach"
 )
 
 // Acquire acquires the lease name for ttl, waiting while another owner
@@ -57,10 +58,13 @@ func (s *Store) acquire(ctx context.Context, name string, ttl time.Duration, o o
 		l, err := s.try(ctx, name, ttl, o)
 		var held *HeldError
 		var wait time.Duration
+		if errors.As(err, &held) {
+			reach.Answered(ctx) // the server answered: the lease is held
+		}
 		switch {
 		case err == nil:
 			return l, nil
-		case errors.As(err, &held) && w == nil:
+		case held != nil && w == nil:
 			// Register, then try again: a release between the first try
 			// and the registration would otherwise go unheard.
 			if lis, err = s.listener(); err != nil {
@@ -72,7 +76,7 @@ func (s *Store) acquire(ctx context.Context, name string, ttl time.Duration, o o
 				return nil, wrapAcquire(name, perr) // do not try after Close woke us
 			}
 			continue
-		case errors.As(err, &held):
+		case held != nil:
 			wait = lis.pollWait(held.ExpiresIn + jitter(held.ExpiresIn))
 			bo.Reset()
 		case retryable(err) && ctx.Err() == nil:

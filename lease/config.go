@@ -129,9 +129,15 @@ type Config struct {
 
 	// Logger receives the store's events, with attributes lease, owner,
 	// token, elapsed, held and err: Debug for acquisitions, busy leases,
-	// renewals and releases (routine contention), Warn for failed acquire
-	// calls and renewals, for lost leases and for the fallback to polling
-	// behind a pooler that moves sessions. Default: slog.Default(), Warn
+	// renewals and releases (routine contention); Warn for lost leases,
+	// for the fallback to polling behind a pooler that moves sessions,
+	// and, once per run of failures, for failed acquire calls and failed
+	// renewals — the first failure after a success (or the first of all)
+	// is logged at Warn with its cause, the next ones at Debug, and the
+	// call that ends the run at Warn ("lease: acquire succeeded again",
+	// "lease: renew succeeded again", with the number of failures and how
+	// long they lasted), so that calls looping through an outage log two
+	// warnings, not thousands a second. Default: slog.Default(), Warn
 	// and above only — failures and losses reach a program that
 	// configured nothing, routine events do not; give
 	// slog.New(slog.DiscardHandler) for silence.

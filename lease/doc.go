@@ -44,7 +44,14 @@
 // retrying cannot help, so [Store.Acquire] returns it at once, and so
 // does the Run of a leader.Elector (TestNoTableNamesTheFix,
 // TestNoPrivilegeNamesTheGrant, TestReadOnlyNamesThePrimary: a database
-// with default_transaction_read_only and a real standby). A store works
+// with default_transaction_read_only and a real standby;
+// TestMigrateReadOnlyNamesThePrimary). Guard speaks of the caller's
+// transaction: its role, and a read-only transaction
+// (TestGuardSpeaksOfTheTransaction). Only the server's refusal of the
+// store's own statement, naming the store's table or schema, is
+// explained so: an error raised in a trigger on the table, or about
+// another object (EXECUTE on pg_notify), is returned as the server said
+// it (TestSetupErrorsNameTheirObject). A store works
 // behind any pooler, in every mode (see Behind a pooler): there is no
 // pooler refusal to name.
 //

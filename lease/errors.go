@@ -62,18 +62,25 @@ var (
 	// ErrNoPrivilege is wrapped, with the server's error (SQLSTATE 42501),
 	// by the error of an operation the role may not run on the lease table
 	// (or its schema): the error names the role, the table and the GRANT
-	// that cures it. [Store.Migrate] needs CREATE on the schema; every
-	// other operation SELECT, INSERT and UPDATE on the table. Retrying
-	// cannot help.
+	// that cures it. [Store.Migrate] needs CREATE on the schema;
+	// [Lease.Guard] SELECT and UPDATE on the table for the role of the
+	// caller's transaction (its error names the role its connection logs
+	// in as); every other operation SELECT, INSERT and UPDATE for the
+	// store pool's role. Only the server's refusal of the store's own
+	// statement on the table or its schema is wrapped: a refusal inside a
+	// trigger, or of another object (EXECUTE on pg_notify), is returned as
+	// the server said it. Retrying cannot help.
 	ErrNoPrivilege = errors.New("lease: missing privilege on the lease table")
 
 	// ErrReadOnly is wrapped, with the server's error (SQLSTATE 25006), by
 	// the error of an operation that writes (acquire, renew, release,
-	// break) when the pool reached a read-only server: a standby, or a
-	// database or role with default_transaction_read_only on. Point the
-	// pool at the primary; with several hosts in its DSN, add
+	// break, Migrate) when the pool reached a read-only server: a standby,
+	// or a database or role with default_transaction_read_only on. Point
+	// the pool at the primary; with several hosts in its DSN, add
 	// target_session_attrs=read-write. Reads (Get, List, IsHeld) work
-	// there. Retrying cannot help.
+	// there. [Lease.Guard] wraps it too when the caller's transaction is
+	// read-only (BEGIN READ ONLY), and says to begin it read-write.
+	// Retrying cannot help.
 	ErrReadOnly = errors.New("lease: the server is read-only")
 )
 

@@ -16,7 +16,7 @@ import (
 // way the pool opens its own, through BeforeConnect (where rotated
 // credentials or IAM tokens come from) and AfterConnect, so a pool whose
 // ConnConfig alone cannot log in still gets waiters woken by NOTIFY
-// (REVIEW Likely 5: it used to dial from ConnConfig and never listened).
+// (it used to dial from ConnConfig and never listened).
 func TestListenerUsesPoolHooks(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)

@@ -370,7 +370,7 @@ func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	}
 	var exp time.Time
 	err := tx.QueryRow(ctx, l.store.q.guardSQL, txArgs(tx, l.args())...).Scan(&exp)
-	if err := noRows(l.store.pool.t.explain(l.store.q.guardSQL, err)); err != nil {
+	if err := noRows(l.store.pool.t.explainGuard(tx, l.store.q.guardSQL, err)); err != nil {
 		return fmt.Errorf("guard lease %q: %w", short(l.name), err)
 	}
 	return nil

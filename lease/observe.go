@@ -10,19 +10,31 @@ import (
 )
 
 // observeAcquire logs and reports the end of an acquire call that started
-// at start (a reading of Config.Now), and returns its result unchanged.
+// at start (a reading of Config.Now), and returns its result unchanged. A
+// failed call is logged at Warn only when it begins a run of failures,
+// and the acquisition that ends the run at Warn too (see internal/failrun
+// and Config.Logger); the others at Debug.
 func (s *Store) observeAcquire(name string, wait bool, start time.Time, l *Lease, err error) (*Lease, error) {
-	elapsed := s.cfg.Now().Sub(start)
+	now := s.cfg.Now()
+	elapsed := now.Sub(start)
 	res := pglocks.ResultError
 	switch {
 	case err == nil:
 		res = pglocks.ResultAcquired
+		if n, d, ended := s.acquireFails.Succeed(s.cfg.Now); ended {
+			s.cfg.Logger.Warn("lease: acquire succeeded again", "failures", n, "failing_for", d.Round(time.Millisecond),
+				"lease", short(name), "token", l.token)
+		}
 		s.cfg.Logger.Debug("lease: acquired", "lease", short(name), "owner", l.owner, "token", l.token, "elapsed", elapsed)
 	case errors.Is(err, ErrHeld), wait && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		res = pglocks.ResultBusy
 		s.cfg.Logger.Debug("lease: busy", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
 	default:
-		s.cfg.Logger.Warn("lease: acquire failed", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
+		level, msg := s.acquireFails.Fail(now), "lease: acquire failed"
+		if level >= slog.LevelWarn {
+			msg += "; further failures are logged at Debug until an acquire succeeds"
+		}
+		s.cfg.Logger.Log(context.Background(), level, msg, "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
 	}
 	if o := s.cfg.Observer; o != nil && o.Acquire != nil {
 		o.Acquire(pglocks.AcquireEvent{Kind: pglocks.KindLease, Name: name, Wait: wait, Result: res, Elapsed: elapsed, Err: err})
@@ -73,15 +85,28 @@ func errIfLoss(err error, keep bool) error {
 }
 
 // observeRenew logs and reports a renewal that started at start and ended
-// with err.
+// with err. A failed renewal is logged at Warn only when it begins a run
+// of failures of the store's renewals, and the renewal that ends the run
+// at Warn too; the others at Debug (a lease that is lost is logged at Warn
+// by observeEnd).
 func (l *Lease) observeRenew(start time.Time, err error) {
-	latency := l.store.cfg.Now().Sub(start)
+	s := l.store
+	now := s.cfg.Now()
+	latency := now.Sub(start)
 	if err != nil {
-		l.store.cfg.Logger.Warn("lease: renew failed", "lease", short(l.name), "owner", l.owner, "token", l.token, "elapsed", latency, "err", err)
+		level, msg := s.renewFails.Fail(now), "lease: renew failed"
+		if level >= slog.LevelWarn {
+			msg += "; further failures are logged at Debug until a renewal succeeds"
+		}
+		s.cfg.Logger.Log(context.Background(), level, msg, "lease", short(l.name), "owner", l.owner, "token", l.token, "elapsed", latency, "err", err)
 	} else {
-		l.store.cfg.Logger.Debug("lease: renewed", "lease", short(l.name), "token", l.token, "elapsed", latency)
+		if n, d, ended := s.renewFails.Succeed(s.cfg.Now); ended {
+			s.cfg.Logger.Warn("lease: renew succeeded again", "failures", n, "failing_for", d.Round(time.Millisecond),
+				"lease", short(l.name), "token", l.token)
+		}
+		s.cfg.Logger.Debug("lease: renewed", "lease", short(l.name), "token", l.token, "elapsed", latency)
 	}
-	if o := l.store.cfg.Observer; o != nil && o.Renew != nil {
+	if o := s.cfg.Observer; o != nil && o.Renew != nil {
 		o.Renew(pglocks.RenewEvent{Kind: pglocks.KindLease, Name: l.name, Token: l.token, Latency: latency, Err: err})
 	}
 }

@@ -83,8 +83,9 @@ end $$`,
 // privilege on the schema (and on the database, for a schema not yet made);
 // everything else in this package needs only USAGE on the schema and
 // SELECT, INSERT and UPDATE on the table. A role without it gets an error
-// wrapping [ErrNoPrivilege] that names the GRANT to run. ctx bounds the
-// whole migration.
+// wrapping [ErrNoPrivilege] that names the GRANT to run; a read-only
+// server (a standby, default_transaction_read_only) one wrapping
+// [ErrReadOnly]. ctx bounds the whole migration.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pglocks/pglocks/internal/failrun"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +40,9 @@ type Store struct {
 	ren   *renewer                // started by the first kept-alive lease
 
 	parked atomic.Int64 // Acquire calls blocked waiting (for tests)
-	seen   tokenMemory  // the highest token seen per name (regress.go)
+	// The acquire calls and the renewals failing now, for the Logger.
+	acquireFails, renewFails failrun.Run
+	seen                     tokenMemory // the highest token seen per name (regress.go)
 
 	minRenew time.Duration // MinRenewInterval; lower in some tests (export_test.go)
 }

@@ -79,9 +79,9 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("status %d with --need=session-locks, want 1", code)
 		}
 	})
-	// The second review's C7: statement pooling was reported as
-	// transaction pooling, and xact-locks, leases and leader as safe,
-	// though its every BEGIN ends the connection.
+	// Statement pooling was once reported as transaction pooling, and
+	// xact-locks, leases and leader as safe, though its every BEGIN ends
+	// the connection.
 	t.Run("StatementBouncer", func(t *testing.T) {
 		_, dsn := db.Bouncer(t, pgtest.PoolStatement)
 		out, code := doctorRun(t, dsn, "--need=xact-locks")

@@ -12,7 +12,7 @@ import (
 
 // Bad input is a usage error (64), an unknown lease its own status (66),
 // never 69 ("the database cannot be reached"); no message says "pglocks:"
-// twice (B18).
+// twice.
 func TestExitCodesForBadInput(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
@@ -43,7 +43,7 @@ func TestExitCodesForBadInput(t *testing.T) {
 }
 
 // run --wait goes on waiting when its session is terminated, and runs CMD
-// once the holder is done (B4).
+// once the holder is done.
 func TestRunWaitSurvivesSessionDeath(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)

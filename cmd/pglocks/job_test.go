@@ -59,7 +59,7 @@ func runTrials(t *testing.T) int {
 }
 
 // TestRunStopsTheWholeJob: when the lock is lost or pglocks is SIGKILLed,
-// the job's worker stops too, not only CMD (C2). After a loss, pglocks exits
+// the job's worker stops too, not only CMD. After a loss, pglocks exits
 // 76 only once every process of the job is gone; after a SIGKILL of
 // pglocks, the worker dies within killedBound.
 func TestRunStopsTheWholeJob(t *testing.T) {

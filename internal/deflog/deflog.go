@@ -9,7 +9,11 @@
 //
 // The default logger is looked up at each record, not when the Config is
 // made, so a program that calls slog.SetDefault after making its Locker,
-// Store or Elector still gets their warnings where it wants them.
+// Store or Elector still gets their warnings where it wants them. A
+// program whose default handler is, or wraps, such a logger's handler
+// (slog.SetDefault(slog.New(locker.Config().Logger.Handler()))) has no
+// sink for them: a record that comes back to a deflog handler through the
+// default is dropped, marked in its context, rather than loop forever.
 package deflog
 
 import (
@@ -42,13 +46,25 @@ type op struct {
 	attrs []slog.Attr
 }
 
+// passing marks a context whose record a deflog handler is passing on to
+// the default handler: a deflog handler that sees it was reached again
+// through the default — the program's default handler wraps a deflog
+// handler, or is one — and drops the record rather than loop.
+type passing struct{}
+
 // target returns slog.Default()'s handler with h's attributes and groups,
-// or nil when the default logger is a deflog logger itself (the program
-// set one as its default): passing records on would loop.
-func (h handler) target() slog.Handler {
+// and the ctx to pass it; nil when ctx shows that the record comes back
+// from the default handler (see passing).
+func (h handler) target(ctx context.Context) (slog.Handler, context.Context) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if ctx.Value(passing{}) != nil {
+		return nil, ctx
+	}
 	d := slog.Default().Handler()
 	if _, ok := d.(handler); ok {
-		return nil
+		return nil, ctx
 	}
 	for _, o := range h.ops {
 		if o.group != "" {
@@ -57,7 +73,7 @@ func (h handler) target() slog.Handler {
 			d = d.WithAttrs(o.attrs)
 		}
 	}
-	return d
+	return d, context.WithValue(ctx, passing{}, true)
 }
 
 // Enabled reports whether level is at least Level and the default
@@ -66,11 +82,8 @@ func (h handler) Enabled(ctx context.Context, level slog.Level) bool {
 	if level < Level {
 		return false
 	}
-	d := slog.Default().Handler()
-	if _, ok := d.(handler); ok {
-		return false
-	}
-	return d.Enabled(ctx, level)
+	d, ctx := h.target(ctx)
+	return d != nil && d.Enabled(ctx, level)
 }
 
 // Handle passes r to the default handler.
@@ -78,7 +91,7 @@ func (h handler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level < Level {
 		return nil
 	}
-	d := h.target()
+	d, ctx := h.target(ctx)
 	if d == nil {
 		return nil
 	}

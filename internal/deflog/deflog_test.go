@@ -61,3 +61,33 @@ func TestOr(t *testing.T) {
 	deflog.Or(nil).Warn("no loop")
 	slog.SetDefault(old)
 }
+
+// wrapper is a handler that passes everything on to another, as a
+// program's own handler (a filter, a fan-out) does.
+type wrapper struct{ slog.Handler }
+
+func (w wrapper) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return wrapper{w.Handler.WithAttrs(attrs)}
+}
+func (w wrapper) WithGroup(name string) slog.Handler { return wrapper{w.Handler.WithGroup(name)} }
+
+// TestNoLoopThroughAWrapper: a default logger whose handler wraps a deflog
+// handler — a program that made its default from a Config's Logger, in a
+// handler of its own — does not make a record loop between the two (it
+// overflowed the stack): the record that comes back is dropped. Not
+// parallel: it sets the process's default logger.
+func TestNoLoopThroughAWrapper(t *testing.T) {
+	old := slog.Default()
+	defer slog.SetDefault(old)
+	log := deflog.Or(nil).With("locker", "l1")
+	slog.SetDefault(slog.New(wrapper{log.Handler()}))
+	done := make(chan bool, 1)
+	go func() { // a loop overflows this goroutine's stack, not the test's
+		log.Warn("through a wrapper")
+		slog.Warn("from the program")
+		done <- log.Enabled(t.Context(), slog.LevelWarn)
+	}()
+	if enabled := <-done; enabled {
+		t.Error("Enabled is true where every record would be dropped")
+	}
+}
