@@ -273,3 +273,15 @@ func TestReadmeSchedule(t *testing.T) {
 		t.Fatalf("the nightly report ran %d times, want once", n)
 	}
 }
+
+// TestReadmeShort: README.md stays readable in ten minutes (at most 1,500
+// words, as wc -w counts them); details belong in docs/ and package docs.
+func TestReadmeShort(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(string(readme))); n > 1500 {
+		t.Errorf("README.md has %d words, want at most 1,500: move details to docs/", n)
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 // TestConventions pins pglocks' flock(1)-like flags and its exit status per
 // cause, with what each case prints: one stderr line at most, none with -q,
-// and no WARN line of the library's default logger (issue 28).
+// and no WARN line of the library's default logger.
 func TestConventions(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)

@@ -10,7 +10,7 @@ import (
 
 // TestRunOncePer: three pglocks run --once-per started together, round
 // after round, over several 2s slots: each slot is run by one of them;
-// the others exit 79 and print nothing (issue 29 item 2). The run history
+// the others exit 79 and print nothing. The run history
 // in pglocks status says each slot succeeded.
 func TestRunOncePer(t *testing.T) {
 	t.Parallel()

@@ -148,6 +148,7 @@ var funcs = map[string]any{
 	"otelpglocks.WithNames":         otelpglocks.WithNames,
 	"schedule.New":                  schedule.New,
 	"schedule.SchemaSQL":            schedule.SchemaSQL,
+	"schedule.SlotKey":              schedule.SlotKey,
 	"gocronlock.New":                gocronlock.New,
 }
 
