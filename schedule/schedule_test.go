@@ -229,11 +229,13 @@ func TestBrokenRunIsFenced(t *testing.T) {
 	ctx := ctxT(t)
 	r := newReplica(t, pgtest.New(t), "r", 0)
 	job := r.job(t, "fenced", schedule.Policy{})
-	rec, err := job.DoSlot(ctx, "s", func(ctx context.Context, run *schedule.Run) error {
+	rec, err := job.DoSlot(ctx, "s", func(runCtx context.Context, run *schedule.Run) error {
+		// The break goes on the test's ctx: the run's own ends as soon as
+		// the store hears of the break, which may be before Break returns.
 		if _, err := r.store.Break(ctx, schedule.LeasePrefix+"fenced"); err != nil {
 			return err
 		}
-		<-ctx.Done()
+		<-runCtx.Done()
 		return r.work(context.Background(), run)
 	})
 	if !errors.Is(err, lease.ErrNotHeld) || !errors.Is(err, lease.ErrLost) || rec.Outcome != schedule.Lost {
