@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -144,19 +143,7 @@ func StartBouncer(ctx context.Context, s *Server, mode PoolMode, opts ...Bouncer
 
 // bouncerBinary finds pgbouncer: PGTEST_PGBOUNCER, PATH, /usr/sbin.
 func bouncerBinary() (string, error) {
-	if p := os.Getenv("PGTEST_PGBOUNCER"); p != "" {
-		if !isExecutable(p) {
-			return "", fmt.Errorf("PGTEST_PGBOUNCER=%s is not an executable: %w", p, ErrNoBouncer)
-		}
-		return p, nil
-	}
-	if p, err := exec.LookPath("pgbouncer"); err == nil {
-		return p, nil
-	}
-	if isExecutable("/usr/sbin/pgbouncer") {
-		return "/usr/sbin/pgbouncer", nil
-	}
-	return "", ErrNoBouncer
+	return findBinary("PGTEST_PGBOUNCER", "pgbouncer", "/usr/sbin/pgbouncer", ErrNoBouncer)
 }
 
 // writeConfig writes pgbouncer.ini, its hba file and the user list.
@@ -240,27 +227,7 @@ func (b *Bouncer) start(ctx context.Context, bin string, cred *syscall.Credentia
 	if err != nil {
 		return err
 	}
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := pgx.Connect(cctx, dsn)
-		if err == nil {
-			_, err = conn.Exec(cctx, "select 1")
-			_ = conn.Close(cctx)
-		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			b.stop()
-			return fmt.Errorf("pgbouncer exited at start: %s", tail(filepath.Join(b.dir, "pgbouncer.log")))
-		case <-ctx.Done():
-			b.stop()
-			return fmt.Errorf("pgbouncer not ready: %w (last error: %v): %s", context.Cause(ctx), err, tail(filepath.Join(b.dir, "pgbouncer.log")))
-		case <-time.After(delay):
-		}
-	}
+	return waitPooler(ctx, "pgbouncer", dsn, filepath.Join(b.dir, "pgbouncer.log"), done, b.stop)
 }
 
 // stop ends pgbouncer at once (SIGTERM: immediate shutdown, which closes

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -84,19 +83,7 @@ func StartPgpool(ctx context.Context, s *Server, cache bool) (*Pgpool, error) {
 
 // pgpoolBinary finds pgpool: PGTEST_PGPOOL, PATH, /usr/sbin.
 func pgpoolBinary() (string, error) {
-	if p := os.Getenv("PGTEST_PGPOOL"); p != "" {
-		if !isExecutable(p) {
-			return "", fmt.Errorf("PGTEST_PGPOOL=%s is not an executable: %w", p, ErrNoPgpool)
-		}
-		return p, nil
-	}
-	if p, err := exec.LookPath("pgpool"); err == nil {
-		return p, nil
-	}
-	if isExecutable("/usr/sbin/pgpool") {
-		return "/usr/sbin/pgpool", nil
-	}
-	return "", ErrNoPgpool
+	return findBinary("PGTEST_PGPOOL", "pgpool", "/usr/sbin/pgpool", ErrNoPgpool)
 }
 
 // writeConfig writes pgpool.conf and the empty pcp.conf and pool_hba.conf
@@ -175,27 +162,7 @@ func (p *Pgpool) start(ctx context.Context, bin, adminDSN string) error {
 	if err != nil {
 		return err
 	}
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := pgx.Connect(cctx, dsn)
-		if err == nil {
-			_, err = conn.Exec(cctx, "select 1")
-			_ = conn.Close(cctx)
-		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			p.stop()
-			return fmt.Errorf("pgpool exited at start: %s", tail(filepath.Join(p.dir, "pgpool.log")))
-		case <-ctx.Done():
-			p.stop()
-			return fmt.Errorf("pgpool not ready: %w (last error: %v): %s", context.Cause(ctx), err, tail(filepath.Join(p.dir, "pgpool.log")))
-		case <-time.After(delay):
-		}
-	}
+	return waitPooler(ctx, "pgpool", dsn, filepath.Join(p.dir, "pgpool.log"), done, p.stop)
 }
 
 // stop ends pgpool's whole process group at once and dismisses its
