@@ -116,10 +116,30 @@ func median(v []float64) float64 {
 // med is the median of a benchmark's unit.
 func (t *table) med(group, name, unit string) float64 { return median(t.vals(group, name, unit)) }
 
-// ratio is the median of the per-run ratios a/b of two benchmarks of a
-// group: the i-th run of each, which .ci/bench runs in the same pass, one
-// after the other. Series of unequal length are reported as missing.
-func (t *table) ratio(group, a, b, unit string) float64 {
+// ratioSpan is the median of the per-run ratios a/b of two benchmarks of
+// a group — the i-th run of each, which .ci/bench runs in the same pass,
+// one after the other — with their range: "1.05 (0.98–1.12)". A single
+// run's figure says too little on a noisy machine. Series of unequal
+// length are reported as missing.
+func (t *table) ratioSpan(group, a, b, unit string) string { return span(t.ratios(group, a, b, unit)) }
+
+// medSpan is med with the range of the runs, as ratioSpan.
+func (t *table) medSpan(group, name, unit string) string { return span(t.vals(group, name, unit)) }
+
+// span formats the median of xs and, when the runs differ, their range.
+func span(xs []float64) string {
+	if len(xs) == 0 {
+		return "—"
+	}
+	lo, hi := slices.Min(xs), slices.Max(xs)
+	if f2(lo) == f2(hi) {
+		return f2(median(xs))
+	}
+	return f2(median(xs)) + " (" + f2(lo) + "–" + f2(hi) + ")"
+}
+
+// ratios are the per-run ratios a/b of two benchmarks of a group.
+func (t *table) ratios(group, a, b, unit string) []float64 {
 	va, vb := t.vals(group, a, unit), t.vals(group, b, unit)
 	if len(va) != len(vb) {
 		t.missing = append(t.missing, fmt.Sprintf("%s: %s and %s: %d and %d runs", group, a, b, len(va), len(vb)))
@@ -130,7 +150,7 @@ func (t *table) ratio(group, a, b, unit string) float64 {
 			rs = append(rs, va[i]/vb[i])
 		}
 	}
-	return median(rs)
+	return rs
 }
 
 // each formats f(n) for n in ns, joined by " / ".

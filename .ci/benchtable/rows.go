@@ -23,7 +23,7 @@ func (t *table) rows() string {
 	const as, at, al = "advisory-single", "advisory-throughput", "advisory-fanout"
 	row("advisory `TryLock` + `Unlock` (two round trips)",
 		"%s× `SELECT 1`; raw `pg_try_advisory_lock` + `pg_advisory_unlock`: %s×",
-		f2(t.med(as, "VsFloor", "ours/select1")), f2(t.med(as, "VsFloor", "raw/select1")))
+		t.medSpan(as, "VsFloor", "ours/select1"), t.medSpan(as, "VsFloor", "raw/select1"))
 	for _, kind := range []string{"Hot", "Distinct"} {
 		what := map[string]string{"Hot": "one hot key", "Distinct": "distinct keys"}[kind]
 		row("advisory `Lock` + `Unlock` acquisitions/s, "+what+", 8 / 32 / 64 goroutines", "%s",
@@ -32,7 +32,7 @@ func (t *table) rows() string {
 	row("advisory `TryLock` + `Unlock` pairs/s, distinct keys, 8 / 32 / 64 goroutines, ours/raw (`BenchmarkTryThroughput`)",
 		"%s (%s against raw's %s, one connection per goroutine); a Locker's 3 sessions pipeline their queued statements; 8 sessions: %s",
 		each(goroutines, func(g string) string {
-			return f2(t.ratio(at, "TryThroughput/Try/"+g, "TryThroughput/Raw/"+g, "pairs/s"))
+			return t.ratioSpan(at, "TryThroughput/Try/"+g, "TryThroughput/Raw/"+g, "pairs/s")
 		}),
 		each(goroutines, func(g string) string { return k(t.med(at, "TryThroughput/Try/"+g, "pairs/s")) }),
 		each(goroutines, func(g string) string { return k(t.med(at, "TryThroughput/Raw/"+g, "pairs/s")) }),
@@ -55,7 +55,7 @@ func (t *table) leaseRows(row func(op, format string, args ...any)) {
 	const ls, lt, lh, lk = "lease-single", "lease-throughput", "lease-hot", "lease-keepalive"
 	row("lease `TryAcquire` + `Release` (one statement each; a store retakes a name it released with a plain UPDATE of the released row; the release does not wait for its WAL flush)",
 		"%s× the raw two-statement SQL pair, %s× that pair with the same lazy release (%s× `SELECT 1`; raw pair %.0f µs, lazy %.0f µs, ours %.0f µs)",
-		f2(t.med(ls, "VsFloor", "ours/rawpair")), f2(t.med(ls, "VsFloor", "ours/rawlazy")), f2(t.med(ls, "VsFloor", "ours/select1")),
+		t.medSpan(ls, "VsFloor", "ours/rawpair"), t.medSpan(ls, "VsFloor", "ours/rawlazy"), t.medSpan(ls, "VsFloor", "ours/select1"),
 		t.med(ls, "VsFloor", "rawpair-ns")/1000, t.med(ls, "VsFloor", "rawlazy-ns")/1000, t.med(ls, "VsFloor", "acquire+release-ns")/1000)
 	row("lease failed try (no row lock, no WAL)", "%.0f µs, vs %.0f µs for the naive `INSERT … ON CONFLICT DO UPDATE … WHERE`",
 		t.med(ls, "FailedTry/TryAcquire", "ns/op")/1000, t.med(ls, "FailedTry/NaiveUpsert", "ns/op")/1000)
@@ -64,11 +64,11 @@ func (t *table) leaseRows(row func(op, format string, args ...any)) {
 	}
 	vs := func(name string) func(string) string {
 		return func(c string) string {
-			return f2(t.ratio(lt, "Throughput/Distinct/"+c, "Throughput/"+name+"/"+c, "pairs/s"))
+			return t.ratioSpan(lt, "Throughput/Distinct/"+c, "Throughput/"+name+"/"+c, "pairs/s")
 		}
 	}
 	row("lease `TryAcquire` + `Release` pairs/s, distinct names, 8 / 16 / 32 / 64 clients (a store batches its calls when eight of a kind are in flight)",
-		"%s; raw pair %s, ours/raw per run (median) %s; raw pair with a lazy release %s, ours/that %s",
+		"%s; raw pair %s, ours/raw per run, median (range) %s; raw pair with a lazy release %s, ours/that %s",
 		each(clients, per("Distinct")), each(clients, per("RawDistinct")), each(clients, vs("RawDistinct")),
 		each(clients, per("RawDistinctLazy")), each(clients, vs("RawDistinctLazy")))
 	t.fsyncRow(row)
@@ -90,15 +90,15 @@ func (t *table) fsyncRow(row func(op, format string, args ...any)) {
 	const lf = "lease-fsync"
 	row("the same on a server with fsync on (full_page_writes still off; pgtest's servers run with fsync off): pair; pairs/s at 8 / 16 / 32 / 64 clients",
 		"pair %s× the raw pair, %s× the lazy raw pair (raw %.0f µs, ours %.0f µs); pairs/s %s, raw %s, ours/raw %s, lazy raw %s, ours/that %s",
-		f2(t.med(lf, "VsFloor", "ours/rawpair")), f2(t.med(lf, "VsFloor", "ours/rawlazy")),
+		t.medSpan(lf, "VsFloor", "ours/rawpair"), t.medSpan(lf, "VsFloor", "ours/rawlazy"),
 		t.med(lf, "VsFloor", "rawpair-ns")/1000, t.med(lf, "VsFloor", "acquire+release-ns")/1000,
 		each(clients, func(c string) string { return k(t.med(lf, "Throughput/Distinct/"+c, "pairs/s")) }),
 		each(clients, func(c string) string { return k(t.med(lf, "Throughput/RawDistinct/"+c, "pairs/s")) }),
 		each(clients, func(c string) string {
-			return f2(t.ratio(lf, "Throughput/Distinct/"+c, "Throughput/RawDistinct/"+c, "pairs/s"))
+			return t.ratioSpan(lf, "Throughput/Distinct/"+c, "Throughput/RawDistinct/"+c, "pairs/s")
 		}),
 		each(clients, func(c string) string { return k(t.med(lf, "Throughput/RawDistinctLazy/"+c, "pairs/s")) }),
 		each(clients, func(c string) string {
-			return f2(t.ratio(lf, "Throughput/Distinct/"+c, "Throughput/RawDistinctLazy/"+c, "pairs/s"))
+			return t.ratioSpan(lf, "Throughput/Distinct/"+c, "Throughput/RawDistinctLazy/"+c, "pairs/s")
 		}))
 }
