@@ -129,12 +129,14 @@ func (r *recorder) start(e pglocks.HoldEvent) {
 func (r *recorder) end(e pglocks.EndEvent) {
 	ctx := context.Background()
 	kind := KeyKind.String(string(e.Kind))
-	r.ins.held.Add(ctx, -1, r.set(e.Name, kind))
 	opt := r.set(e.Name, kind, KeyReason.String(string(e.Reason)))
 	r.ins.holdDur.Record(ctx, e.Held.Seconds(), opt)
 	if e.Reason.Lost() {
 		r.ins.losses.Add(ctx, 1, opt)
 	}
+	// The hold leaves the gauge last: a reader that sees it gone also sees
+	// how it ended.
+	r.ins.held.Add(ctx, -1, r.set(e.Name, kind))
 }
 
 func (r *recorder) renew(e pglocks.RenewEvent) {

@@ -226,7 +226,10 @@ func TestAdvisoryLoss(t *testing.T) {
 	// necessarily before Lost closes (pglocks.Observer: not guaranteed).
 	var c collected
 	deadline := time.Now().Add(30 * time.Second)
-	for c = collect(t, reader); c.sum("pglocks.held", kindAdvisory) != 0 && time.Now().Before(deadline); c = collect(t, reader) {
+	ended := func(c collected) bool {
+		return c.sum("pglocks.held", kindAdvisory) == 0 && c.sum("pglocks.losses", kindAdvisory) == 1
+	}
+	for c = collect(t, reader); !ended(c) && time.Now().Before(deadline); c = collect(t, reader) {
 		<-time.After(5 * time.Millisecond)
 	}
 	mode := otelpglocks.KeyMode.String("wait")
