@@ -180,7 +180,6 @@ func checkElector(t *testing.T, db *pgtest.DB, dsn string, keeps bool) {
 			return nil
 		})
 	}()
-	obs := e.Observe(runCtx)
 	select {
 	case <-elected:
 	case err := <-done:
@@ -188,6 +187,11 @@ func checkElector(t *testing.T, db *pgtest.DB, dsn string, keeps bool) {
 	case <-ctx.Done():
 		t.Fatal("never elected")
 	}
+	// Observe starts now, just before the server is asked: its LISTEN
+	// shows in pg_stat_activity only until its first heartbeat (after
+	// dial.ListenIdleTimeout/2), and an election on a loaded machine can
+	// take longer than that.
+	obs := e.Observe(runCtx)
 	if st, want := e.State(), map[bool]leader.Mode{true: leader.ModeSession, false: leader.ModeLeaseOnly}[keeps]; st.Mode != want {
 		t.Fatalf("elector campaigns in %v, want %v", st.Mode, want)
 	}
