@@ -33,9 +33,9 @@ func notSetup(t *testing.T, what string, err error, code string) {
 // store that is not set up; the GRANT names only what is missing.
 func TestSetupErrorsNameTheirObject(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
 	t.Run("TriggerOnMissingTable", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // its own: a parallel subtest may start after the parent's would end
 		db := pgtest.New(t)
 		pool := poolFor(t, db)
 		exec(t, pool, `create function audit() returns trigger language plpgsql as $$
@@ -46,6 +46,7 @@ func TestSetupErrorsNameTheirObject(t *testing.T) {
 	})
 	t.Run("TriggerRaisesPrivilege", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // its own: a parallel subtest may start after the parent's would end
 		db := pgtest.New(t)
 		pool := poolFor(t, db)
 		exec(t, pool, `create function deny() returns trigger language plpgsql as $$
@@ -56,6 +57,7 @@ func TestSetupErrorsNameTheirObject(t *testing.T) {
 	})
 	t.Run("NotifyRevoked", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // its own: a parallel subtest may start after the parent's would end
 		db := pgtest.New(t)
 		admin := poolFor(t, db)
 		_, pool := limitedRole(t, db, admin, "grant select, insert, update on pglocks_leases to %s")
@@ -69,6 +71,7 @@ func TestSetupErrorsNameTheirObject(t *testing.T) {
 	})
 	t.Run("TableNamedSchema", func(t *testing.T) {
 		t.Parallel()
+		ctx := ctxT(t) // its own: a parallel subtest may start after the parent's would end
 		db := pgtest.New(t)
 		admin := poolFor(t, db)
 		cfg := lease.Config{Table: "schema_leases"}
