@@ -162,7 +162,7 @@ const (
 	semHoldersSQL = semSlotsSQL + `select ` + infoColumns + ` from (select name, owner, token, {TTL} as ttl_us, acquired_at, renewed_at,
 	expires_at, true as held, {LEFTNOW} as left_us, hostname, pid, metadata
 	from {T} where name in (select name from slot) and owner is not null and expires_at > now()) i order by token`
-	semCountSQL = semSlotsSQL + `select count(*) from {T} where name in (select name from slot) and owner is not null and expires_at > now()`
+	semCountSQL     = semSlotsSQL + `select count(*) from {T} where name in (select name from slot) and owner is not null and expires_at > now()`
 	semLimitReadSQL = `select (metadata->>'limit')::int from {T} where name = $1::text || '#limit'`
 )
 
