@@ -223,10 +223,18 @@ func (m *Semaphore) slot(i int) string { return m.name + "#" + strconv.Itoa(i) }
 // after the semaphore.
 func (m *Semaphore) observe(wait bool, start time.Time, p *Permits, err error) (*Permits, error) {
 	var first *Lease
-	if err != nil {
-		err = fmt.Errorf("semaphore %q: %s: %w", short(m.name), map[bool]string{false: "try acquire", true: "acquire"}[wait], err)
+	var full *FullError
+	switch {
+	case errors.As(err, &full) && err == error(full):
+		p = nil // it names the semaphore
+	case err != nil:
+		verb := "try acquire"
+		if wait {
+			verb = "acquire"
+		}
+		err = fmt.Errorf("semaphore %q: %s: %w", short(m.name), verb, err)
 		p = nil
-	} else {
+	default:
 		first = p.leases[0]
 	}
 	_, err = m.s.observeAcquire(m.name, wait, start, first, err)
