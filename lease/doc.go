@@ -160,6 +160,43 @@
 //     backend is ended, then each acquisition is cleaned up by attempt id
 //     (TestUnknownBatch).
 //
+// # Sets and semaphores
+//
+// [Store.TryAcquireAll] takes several names at once, all or none, in one
+// statement and one round trip: each name gets its own [Lease] and token,
+// as from TryAcquire. A try that finds any name held reports the holders
+// in a [*HeldAllError] and takes no row lock and writes nothing
+// (TestFailedTryAllWritesNothing). The statement never waits for a row
+// lock (SKIP LOCKED, rows in name order), so calls over overlapping sets
+// cannot deadlock: a row locked at that moment makes it take nothing and
+// run again (TestAcquireAllNoDeadlock: 16 goroutines over random sets of
+// 1–5 of 8 names). [Store.AcquireAll] waits as Acquire does, woken by a
+// release of any of the names. An unknown outcome is cleaned up name by
+// name by the attempt's id, as for one name. At most [MaxAcquireAll]
+// (64) names; the Observer sees one Acquire event per name.
+//
+// A [Semaphore] ([Store.Semaphore]) grants at most limit permits at a
+// time, across processes; a permit is a lease on the row "<name>#slot",
+// so it has a token (the slot's, which only grows), renews, fences and is
+// lost like any lease. [Semaphore.TryAcquire] takes n permits, all or
+// none, in one statement: the lowest free slots. The limit lives in the
+// row "<name>#limit", shared by every process: the first acquisition
+// stores the limit given to Store.Semaphore, [Semaphore.SetLimit] changes
+// it. The rule: a permit is granted only while the permits held (in any
+// slot, above a lowered limit too) plus n, plus those a waiting turn
+// reserves, do not exceed the limit; a lower limit revokes nothing, and
+// the count may exceed it until enough permits are released
+// (TestSemaphoreBasics). A [Semaphore.Acquire] whose try failed takes
+// the turn ("<name>#turn", a short kept-alive lease recording its n), and
+// while it holds it others take permits only when enough remain for both,
+// so a waiter for several permits is not starved by single-permit takers
+// (TestSemaphoreNoStarvation, which fails without the turn). [Permits]
+// end when any of their leases does: their Context is cancelled, and Lost
+// closed if it was lost. Under killed sessions and random deadlines the
+// permits trusted at once never exceed the limit, and each slot's tokens
+// grow (TestSemaphoreStress). The Observer sees one Acquire event named
+// after the semaphore, and a Start per permit.
+//
 // # Guarantees, and the tests that hold them
 //
 //   - Tokens only grow — across release, expiry, takeover, Break, server

@@ -22,6 +22,7 @@ type Store struct {
 	pool modalPool // the caller's, in a pooler-safe exec mode
 	cfg  Config
 	q    queries
+	mq   multiQueries // TryAcquireAll's and semaphores' (multi_sql.go)
 
 	ctx       context.Context // cancelled by Close
 	stop      context.CancelFunc
@@ -62,6 +63,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		pool:      newModalPool(pool, cfg),
 		cfg:       cfg,
 		q:         newQueries(cfg),
+		mq:        newMultiQueries(cfg),
 		leases:    make(map[Handle]*Lease),
 		releasing: make(map[Handle]int),
 		turns:     turns{q: make(map[string][]*turn)},
