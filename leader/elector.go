@@ -84,8 +84,8 @@ type tenure struct {
 	lease   *lease.Lease
 	resign  chan struct{} // closed by Resign or HandOver
 	once    sync.Once
-	why     error  // the reason given with resign, set before it closes
-	handTo  string // the hand-over's target, set before resign closes
+	why     error         // the reason given with resign, set before it closes
+	handTo  string        // the hand-over's target, set before resign closes
 	done    chan struct{} // closed once stepped down
 }
 

@@ -76,4 +76,3 @@ func (s *Store) ListPrefix(ctx context.Context, prefix string) ([]Info, error) {
 func (s *Store) metaTable() string {
 	return pgx.Identifier{s.cfg.Schema, s.cfg.Table}.Sanitize()
 }
-
