@@ -64,7 +64,7 @@ func child(dsn string) error {
 		Name: "failover", Pool: pool, Locker: locker, Store: store, Grace: grace,
 		Identity: os.Getenv("LEADER_CHILD_ID"), TTL: ttl, RetryInterval: 200 * time.Millisecond,
 		HandOverOnClose: os.Getenv("LEADER_CHILD_HANDOVER") != "",
-		Logger: slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:          slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		return err
