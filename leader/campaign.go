@@ -99,8 +99,10 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 		defer close(watched)
 		var last Leader
 		for sleep(lctx, e.jitter(e.cfg.RetryInterval)) {
-			_ = e.ensureCandidate(lctx) // taken again if lost (a failure shows at the next campaign)
 			info, err := e.cfg.Store.Get(lctx, e.leaseName)
+			if err == nil || errors.Is(err, lease.ErrNotFound) {
+				_ = e.ensureCandidate(lctx) // taken (again) once the database answers
+			}
 			switch {
 			case errors.Is(err, lease.ErrNotFound):
 				e.reached()

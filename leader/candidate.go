@@ -149,6 +149,19 @@ func (e *Elector) ensureCandidate(ctx context.Context) error {
 	return nil
 }
 
+// ensureCandidateIfReached is ensureCandidate once a campaign step of
+// this Run has reached the database: a candidate that cannot reach it
+// says so once, in the campaign's words, not also in its Store's.
+func (e *Elector) ensureCandidateIfReached(ctx context.Context, began time.Time) error {
+	e.mu.Lock()
+	reached := !e.reachedAt.Before(began)
+	e.mu.Unlock()
+	if !reached {
+		return nil
+	}
+	return e.ensureCandidate(ctx)
+}
+
 // leaveCandidacy releases the candidate row, with a fresh bounded context.
 func (e *Elector) leaveCandidacy() {
 	e.mu.Lock()

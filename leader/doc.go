@@ -224,7 +224,9 @@
 //
 // While its Run is under way, every Elector holds a candidate row: a lease
 // named "pglocks.leader:" + name + "#c:" + Identity, kept alive by its
-// Store's batched keep-alive, with its Value. [Candidates] (or
+// Store's batched keep-alive, with its Value, taken once a campaign step
+// has reached the database (within about RetryInterval of Run starting).
+// [Candidates] (or
 // [Elector.Candidates]) lists the live ones, by the server clock, from any
 // process; a candidate that stops releases its row, and one that dies
 // disappears once its row expires, within TTL of its last renewal. Two

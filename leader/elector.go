@@ -313,7 +313,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term T
 		if sitOut > 0 && !sleep(ctx, sitOut) {
 			break
 		}
-		if err := e.ensureCandidate(ctx); err != nil && ctx.Err() == nil {
+		if err := e.ensureCandidateIfReached(ctx, began); err != nil && ctx.Err() == nil {
 			e.setErr(err)
 			return fmt.Errorf("leader: election %q: candidate row: %w", e.cfg.Name, err)
 		}

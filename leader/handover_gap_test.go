@@ -3,6 +3,7 @@ package leader_test
 import (
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,11 @@ func TestHandOverGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 10 * time.Second
+	store, err := lease.New(db.NewPool(t), lease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close(ctxT(t, 30*time.Second)) })
 	h := newHub()
 	n := 0
 	spawn := func() {
@@ -43,6 +49,7 @@ func TestHandOverGap(t *testing.T) {
 		n++
 		p := h.spawn(t, db.DSN, id, ttl, "LEADER_CHILD_FENCED=1", "LEADER_CHILD_HANDOVER=1")
 		h.find(t, from, id+" campaigning", func(m msg) bool { return m.from == p && m.kind == "CAMPAIGN" })
+		waitListed(t, store, id)
 	}
 	from := h.mark()
 	for range 3 {
@@ -112,6 +119,7 @@ func TestHandOverTargetKilled(t *testing.T) {
 		p := h.spawn(t, db.DSN, id, 10*time.Second, "LEADER_CHILD_FENCED=1")
 		byID[id] = p
 		h.find(t, from, id+" campaigning", func(m msg) bool { return m.from == p && m.kind == "CAMPAIGN" })
+		waitListed(t, store, id)
 	}
 	from := h.mark()
 	for range 3 {
@@ -160,4 +168,13 @@ func from2time(h *hub, from int) time.Time {
 		return h.msgs[from].at
 	}
 	return time.Now()
+}
+
+// waitListed waits until the election "failover" lists candidate id.
+func waitListed(t *testing.T, store *lease.Store, id string) {
+	t.Helper()
+	waitCut(t, id+" listed as a candidate", 30*time.Second, func() bool {
+		cs, err := leader.Candidates(ctxT(t, 30*time.Second), store, "failover")
+		return err == nil && slices.ContainsFunc(cs, func(c leader.Candidate) bool { return c.Identity == id })
+	})
 }

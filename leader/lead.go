@@ -128,6 +128,9 @@ var errLapsed = fmt.Errorf("%w: trust deadline passed (renewals or session check
 func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (reason, workErr error, returned bool) {
 	timer := time.NewTimer(time.Until(t.term.TrustedUntil()))
 	defer timer.Stop()
+	if e.candidacy() == nil {
+		_ = e.ensureCandidate(ctx) // elected before its row was taken
+	}
 	requests := e.candidateLost()
 	for {
 		select {
