@@ -31,6 +31,11 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 			return nil, err
 		}
 	}
+	if lk != nil {
+		if err := e.yield(ctx, lk); err != nil {
+			return nil, err
+		}
+	}
 	if lk == nil {
 		ls, err = e.leaseWatching(ctx, hooks)
 	} else if ls, err = e.takeLease(ctx, lk, time.Now()); err != nil {
@@ -53,6 +58,7 @@ func (e *Elector) campaign(ctx context.Context, hooks *dispatcher) (*tenure, err
 			now:      e.storeNow,
 			ctx:      tctx,
 			lapse:    newLapse(),
+			pub:      &publisher{e: e, m: e.metaOf(lk)},
 		},
 		lock:   lk,
 		lease:  ls,
@@ -94,6 +100,9 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 		var last Leader
 		for sleep(lctx, e.jitter(e.cfg.RetryInterval)) {
 			info, err := e.cfg.Store.Get(lctx, e.leaseName)
+			if err == nil || errors.Is(err, lease.ErrNotFound) {
+				_ = e.ensureCandidate(lctx) // taken (again) once the database answers
+			}
 			switch {
 			case errors.Is(err, lease.ErrNotFound):
 				e.reached()
@@ -198,15 +207,19 @@ func (e *Elector) outwait(ctx context.Context, lk *advisory.Lock, lockedAt time.
 // metadata is what a leader records in the lease row: with lk, its
 // session and horizon; without (lease-only), the mark that it has none.
 func (e *Elector) metadata(lk *advisory.Lock) json.RawMessage {
-	m := meta{Identity: e.cfg.Identity, TTL: e.cfg.TTL.String(), Margin: e.margin.String()}
+	md, _ := json.Marshal(e.metaOf(lk))
+	return md
+}
+
+func (e *Elector) metaOf(lk *advisory.Lock) meta {
+	m := meta{Identity: e.cfg.Identity, TTL: e.cfg.TTL.String(), Margin: e.margin.String(), Value: e.value()}
 	if lk == nil {
 		m.Campaign = leaseOnlyMark
 	} else {
 		m.SessionPID, m.Grace = lk.PID(), e.cfg.Grace.String()
 		m.Ping = e.cfg.Locker.Config().PingInterval.String()
 	}
-	md, _ := json.Marshal(m)
-	return md
+	return m
 }
 
 // keep returns the lease just acquired, unless the advisory lock was lost

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
@@ -83,6 +84,21 @@ type Config struct {
 	// Identity names this candidate in the lease row, in [Leader] and in
 	// logs. Default: hostname-pid-random.
 	Identity string
+
+	// Value is what this candidate publishes: recorded in its candidate
+	// row ([Candidates]) and, while it leads, with its term ([Leader].Value),
+	// for followers that need, say, the leader's address. [Term.Proclaim]
+	// changes it during a term. At most [MaxValueLen] bytes of valid UTF-8.
+	// Default: empty.
+	Value string
+
+	// HandOverOnClose makes a leader that stops because Run's ctx ended or
+	// the elector is closed (SIGTERM in a rolling deploy) hand its term
+	// over to another live candidate, as [Elector.HandOver] with "" does,
+	// instead of only resigning: the successor takes the next term as soon
+	// as this leader's work has returned, with no candidate racing it. With
+	// no other live candidate it just resigns. Default: false.
+	HandOverOnClose bool
 
 	// TTL is the lease's time to live: how long a leader that can no longer
 	// reach the database may keep the lease before another candidate may
@@ -223,6 +239,10 @@ func (c *Config) validate(ping time.Duration) error {
 		return bad("Grace %v must exceed 1.5 × the Locker's PingInterval %v", c.Grace, ping)
 	case c.Mode != ModeLeaseOnly && c.Grace >= c.TTL:
 		return bad("Grace %v must be below TTL %v", c.Grace, c.TTL)
+	case len(c.Value) > MaxValueLen || !utf8.ValidString(c.Value):
+		return bad("Value is %d bytes, more than %d, or not valid UTF-8", len(c.Value), MaxValueLen)
+	case len(candidateName(c.Name, c.Identity)) > lease.MaxNameLen || pglocks.ValidateName(candidateName(c.Name, c.Identity)) != nil:
+		return bad("Identity %q: with Name, its candidate row name is not a valid lease name of at most %d bytes", c.Identity, lease.MaxNameLen)
 	case ident.Check(c.Channel) != nil:
 		return bad("Channel: %v", ident.Check(c.Channel))
 	}

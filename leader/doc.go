@@ -220,6 +220,47 @@
 // Observe finds by a probe that LISTEN cannot work there, logs it once and
 // polls every RetryInterval (TestObservePollsBehindTransactionPooling).
 //
+// # Candidates, hand-over and a leader's value
+//
+// While its Run is under way, every Elector holds a candidate row: a lease
+// named "pglocks.leader:" + name + "#c:" + Identity, kept alive by its
+// Store's batched keep-alive, with its Value, taken once a campaign step
+// has reached the database (within about RetryInterval of Run starting).
+// [Candidates] (or
+// [Elector.Candidates]) lists the live ones, by the server clock, from any
+// process; a candidate that stops releases its row, and one that dies
+// disappears once its row expires, within TTL of its last renewal. Two
+// electors with one Identity: the second is not listed (logged at Warn).
+//
+// [Elector.HandOver] hands the term to a named live candidate (or any
+// other): the work is cancelled with [ErrHandedOver]; once it has returned
+// the leader records the target in its lease row ([lease.Lease.SetMetadata])
+// and steps down as after Resign — release, unlock, notify. A candidate
+// that gets the advisory lock next reads the row: if the released term
+// names another target, it unlocks and leaves the term to it for 2 ×
+// RetryInterval from when it first saw that, so the target — woken by the
+// release — takes the next term at once, with no Grace or TTL to wait out
+// (measured: TestHandOverGap). Terms stay fenced: the next term's number is
+// higher, and the old term's Guard fails once its lease is released, before
+// the target can take it. A target that dies during the hand-over costs at
+// most that window (TestHandOverTargetKilled). The reservation only decides
+// who leads next, never whether two lead: an unknown outcome of its write
+// leaves, at worst, a plain resignation or a short wait. Config.HandOverOnClose
+// hands over when Run's ctx ends or on Close (SIGTERM in a rolling deploy).
+// In ModeLeaseOnly the candidates already waiting for the lease are not held
+// back: any may win, as after a resignation.
+//
+// Another process asks the leader to resign or hand over with
+// [RequestResign] or [RequestHandOver] (pglocks leader resign|handover): it
+// records the request in a lease row "…#req:" + term and breaks the
+// leader's candidate row, which the leader's Store hears of at once; the
+// leader reads the request of its own term only, so a stale request never
+// moves a later leader.
+//
+// A leader publishes Config.Value with its term ([Leader].Value), at most
+// [MaxValueLen] bytes; [Term.Proclaim] changes it during the term in one
+// statement scoped to the term, and [Elector.Observe] delivers the change.
+//
 // # Many elections
 //
 // Elections share one advisory Locker (a few sessions hold every election's

@@ -60,6 +60,10 @@ type Elector struct {
 	runExit chan struct{} // closed when the current Run returns
 	closed  bool
 	current *tenure
+	cand    *lease.Lease // the candidate row, while Run is under way
+	dupOnce sync.Once    // logs a duplicate Identity once
+	val     string       // the value published (Config.Value, then Proclaim's)
+	resv    reservation  // the last hand-over reservation seen (campaign only)
 
 	closeDone chan struct{} // closed once Close's work is done; closeErr is set before
 	closeErr  error
@@ -78,8 +82,10 @@ type tenure struct {
 	endTerm context.CancelCauseFunc // ends term.Context: called once stepped down
 	lock    *advisory.Lock          // nil for a lease-only term
 	lease   *lease.Lease
-	resign  chan struct{} // closed by Resign
+	resign  chan struct{} // closed by Resign or HandOver
 	once    sync.Once
+	why     error         // the reason given with resign, set before it closes
+	handTo  string        // the hand-over's target, set before resign closes
 	done    chan struct{} // closed once stepped down
 }
 
@@ -131,6 +137,7 @@ func New(cfg Config) (*Elector, error) {
 		e.margin = cfg.TTL / 10
 	}
 	e.life, e.kill = context.WithCancelCause(context.Background())
+	e.val = cfg.Value
 	return e, nil
 }
 
@@ -242,7 +249,7 @@ func (e *Elector) Resign(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	t.once.Do(func() { close(t.resign) })
+	t.once.Do(func() { t.why = ErrResigned; close(t.resign) })
 	select {
 	case <-t.done:
 		return nil
@@ -301,14 +308,23 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term T
 	bo := backoff.Backoff{Min: min(100*time.Millisecond, e.cfg.RetryInterval), Max: 2 * e.cfg.RetryInterval}
 	began := time.Now()
 	var sitOut time.Duration
+	defer e.leaveCandidacy()
 	for ctx.Err() == nil {
 		if sitOut > 0 && !sleep(ctx, sitOut) {
 			break
+		}
+		if err := e.ensureCandidateIfReached(ctx, began); err != nil && ctx.Err() == nil {
+			e.setErr(err)
+			return fmt.Errorf("leader: election %q: candidate row: %w", e.cfg.Name, err)
 		}
 		t, err := e.campaign(ctx, hooks)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
+			}
+			if errors.Is(err, errYielded) {
+				sitOut = 0
+				continue
 			}
 			if fatal(err) {
 				e.setErr(err)

@@ -2,8 +2,10 @@ package leader_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -61,4 +63,50 @@ func Example() {
 	// Output:
 	// leading, term 1
 	// stepped down: true
+}
+
+// ExampleElector_HandOver hands the term over on a rolling deploy: with
+// HandOverOnClose, the SIGTERM that ends Run's ctx hands the term to
+// another live candidate instead of leaving the election to a race; a
+// deploy script can also move it explicitly (pglocks leader handover).
+func ExampleElector_HandOver() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return
+	}
+	defer pool.Close()
+	e, err := leader.New(leader.Config{Name: "billing", Pool: pool, Value: "http://10.0.0.7:8080", HandOverOnClose: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Close(ctx)
+	// Elsewhere, while this candidate leads: move the term to "replica-2".
+	if err := e.HandOver(ctx, "replica-2"); errors.Is(err, leader.ErrNoCandidate) || errors.Is(err, leader.ErrNotLeader) {
+		fmt.Println("still as before:", err)
+	}
+}
+
+// ExampleCandidates lists an election's running candidates from any
+// process, with only a lease Store.
+func ExampleCandidates() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return
+	}
+	defer pool.Close()
+	store, err := lease.New(pool, lease.Config{})
+	if err != nil {
+		return
+	}
+	defer store.Close(ctx)
+	cs, err := leader.Candidates(ctx, store, "billing")
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		fmt.Println(c.Identity, c.Value, c.Leading, c.LastSeen)
+	}
 }

@@ -47,6 +47,9 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 	}
 	stopRenew()
 	<-renewDone
+	if returned {
+		e.reserve(t, reason)
+	}
 	e.stepDown(t)
 	t.endTerm(reason)
 	e.mu.Lock()
@@ -78,7 +81,7 @@ func (e *Elector) preflight(ctx context.Context, t *tenure) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", ErrStopped, context.Cause(ctx))
 	case <-t.resign:
-		return ErrResigned
+		return t.why
 	default:
 	}
 	switch {
@@ -125,12 +128,19 @@ var errLapsed = fmt.Errorf("%w: trust deadline passed (renewals or session check
 func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (reason, workErr error, returned bool) {
 	timer := time.NewTimer(time.Until(t.term.TrustedUntil()))
 	defer timer.Stop()
+	if e.candidacy() == nil {
+		_ = e.ensureCandidate(ctx) // elected before its row was taken
+	}
+	requests := e.candidateLost()
 	for {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", ErrStopped, context.Cause(ctx)), nil, false
 		case <-t.resign:
-			return ErrResigned, nil, false
+			return t.why, nil, false
+		case <-requests:
+			e.answerRequest(ctx, t) // a request closes t.resign
+			requests = e.candidateLost()
 		case err := <-workDone:
 			return ErrWorkDone, err, true
 		case <-t.lockLost():

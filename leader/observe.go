@@ -152,7 +152,7 @@ func (o *observer) check(ctx context.Context) bool {
 	if err != nil {
 		return ctx.Err() == nil
 	}
-	if o.sent && sameTerm(l, o.last) {
+	if o.sent && sameTerm(l, o.last) && l.Value == o.last.Value {
 		return true
 	}
 	select {

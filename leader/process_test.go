@@ -63,7 +63,8 @@ func child(dsn string) error {
 	e, err := leader.New(leader.Config{
 		Name: "failover", Pool: pool, Locker: locker, Store: store, Grace: grace,
 		Identity: os.Getenv("LEADER_CHILD_ID"), TTL: ttl, RetryInterval: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		HandOverOnClose: os.Getenv("LEADER_CHILD_HANDOVER") != "",
+		Logger:          slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		return err

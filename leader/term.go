@@ -33,6 +33,7 @@ type Term struct {
 	now   func() time.Time // the Store's clock: the one lease deadlines are read on
 	ctx   context.Context  // cancelled when the term ends, for any reason
 	lapse *lapse           // set once a passed trust deadline was read
+	pub   *publisher       // the term's published value (see Proclaim)
 }
 
 // lapse records that a term's trust deadline was read as passed. From then
@@ -185,6 +186,9 @@ type Leader struct {
 	// Hostname and PID identify the leader's process.
 	Hostname string
 	PID      int
+	// Value is what the leader publishes with its term (Config.Value,
+	// changed by [Term.Proclaim]).
+	Value string
 
 	owner      uuid.UUID
 	sessionPID uint32 // the advisory lock's backend
@@ -209,6 +213,10 @@ type meta struct {
 	TTL        string `json:"ttl,omitempty"`
 	Margin     string `json:"safety_margin,omitempty"`
 	Campaign   string `json:"campaign,omitempty"`
+	Value      string `json:"value,omitempty"`
+	// HandOverTo names the candidate a leader handed its term to, written
+	// just before it released the lease (see handover.go).
+	HandOverTo string `json:"hand_over_to,omitempty"`
 }
 
 // horizon returns the holder's recorded Grace; false when the row records
@@ -237,6 +245,7 @@ func leaderFromInfo(election string, info lease.Info) Leader {
 		Expiry:     info.ExpiresAt,
 		Hostname:   info.Hostname,
 		PID:        info.PID,
+		Value:      m.Value,
 		owner:      info.Owner,
 		sessionPID: m.SessionPID,
 		meta:       m,

@@ -21,6 +21,7 @@ const usage = `usage: pglocks [-v] [--dsn URL] COMMAND [FLAGS] ...
   pglocks key [--sql] NAME
   pglocks migrate [--schema S] [--table T] [--run-table T]
   pglocks break NAME
+  pglocks leader resign NAME | pglocks leader handover [--to ID] NAME
   pglocks doctor [--need FEATURES] [--schema S] [--table T] [--run-table T]
 -v logs the library's events to stderr. The database is --dsn (before or
 after COMMAND), else DATABASE_URL, else libpq's PG* variables.
@@ -33,7 +34,8 @@ EXIT STATUS
   0      success; run: CMD's own status, whatever it is
   1      doctor: a feature named in --need is not safe there
   64     usage error: a bad flag, name, --ttl or connection string
-  66     break: no lease of that name
+  66     break: no lease of that name; leader: no leader, or no such live
+         candidate
   69     the database cannot be reached, or refused; with --wait, once the
          wait ran out (an outage is waited through up to its bound)
   70     run: pglocks' supervisor of the job was killed; CMD's status unknown
@@ -75,6 +77,15 @@ not. It needs CREATE on the schema.
 Breaks the lease NAME: its token is bumped, so its holder loses it (a
 pglocks run --lease holding it stops its job and exits 76) and the
 holder's guarded writes fail.
+`,
+	"leader": `usage: pglocks leader resign [--wait D] NAME
+       pglocks leader handover [--to ID] [--wait D] NAME
+
+Asks the leader of election NAME, in whatever process it runs, to resign,
+or to hand its term over to the live candidate ID (default: any other):
+it stops its work, and the target takes the next term at once. Prints the
+leader of the next term once it is held (within --wait, default 30s).
+Candidates are listed by pglocks status.
 `,
 	"doctor": `usage: pglocks doctor [--need FEATURES] [--schema S] [--table T] [--run-table T]
 

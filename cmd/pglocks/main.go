@@ -217,6 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"migrate": cmdMigrate,
 		"break":   cmdBreak,
 		"doctor":  cmdDoctor,
+		"leader":  cmdLeader,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {

@@ -47,6 +47,18 @@ type leaderRow struct {
 	Identity  string        `json:"identity,omitempty"`
 	Term      int64         `json:"term"`
 	ExpiresIn time.Duration `json:"expires_in_ns"`
+	Value     string        `json:"value,omitempty"`
+}
+
+// candidateRow is one running candidate of an election (package leader).
+type candidateRow struct {
+	Election string    `json:"election"`
+	Identity string    `json:"identity"`
+	Value    string    `json:"value,omitempty"`
+	JoinedAt time.Time `json:"joined_at"`
+	LastSeen time.Time `json:"last_seen"`
+	Host     string    `json:"hostname,omitempty"`
+	PID      int       `json:"pid,omitempty"`
 }
 
 // runRow is one run of a scheduled job (pglocks run --once-per).
@@ -66,7 +78,9 @@ type status struct {
 	Advisory []advisoryLock `json:"advisory"`
 	Leases   []leaseRow     `json:"leases"`
 	Leaders  []leaderRow    `json:"leaders"`
-	Runs     []runRow       `json:"runs"`
+	// Candidates are the running candidates of the elections listed.
+	Candidates []candidateRow `json:"candidates"`
+	Runs       []runRow       `json:"runs"`
 	// Missing names the tables not found, with the command that creates
 	// them.
 	Missing []string `json:"missing,omitempty"`
@@ -121,7 +135,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) (status, error) {
-	st := status{Advisory: []advisoryLock{}, Leases: []leaseRow{}, Leaders: []leaderRow{}, Runs: []runRow{}}
+	st := status{Advisory: []advisoryLock{}, Leases: []leaseRow{}, Leaders: []leaderRow{}, Candidates: []candidateRow{}, Runs: []runRow{}}
 	// Names we know, to label keys: the asked-for name, and every lease
 	// and election (a leader's campaign lock is KeyOf of its lease name).
 	names := map[int64]string{}
@@ -146,14 +160,10 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 	}
 	for _, in := range infos {
 		names[pglocks.KeyOf(in.Name).Int64()] = in.Name
-		if name != "" && in.Name != name && in.Name != leaderPrefix+name {
+		if st.addElection(in, name) {
 			continue
 		}
-		if election, ok := strings.CutPrefix(in.Name, leaderPrefix); ok {
-			var md struct{ Identity string }
-			_ = json.Unmarshal(in.Metadata, &md)
-			st.Leaders = append(st.Leaders, leaderRow{Election: election, Held: in.Held, Identity: md.Identity,
-				Term: in.Token, ExpiresIn: in.TimeLeft})
+		if name != "" && in.Name != name {
 			continue
 		}
 		row := leaseRow{Name: in.Name, Held: in.Held, Token: in.Token, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID}
@@ -172,6 +182,33 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 		}
 	}
 	return st, nil
+}
+
+// addElection adds in to the leaders or candidates if it is an
+// election's row, or one of its own (a request), and reports whether it
+// was; only those of election name if set.
+func (st *status) addElection(in lease.Info, name string) bool {
+	rest, ok := strings.CutPrefix(in.Name, leaderPrefix)
+	if !ok {
+		return false
+	}
+	var md struct {
+		Candidate, Identity, Value string
+	}
+	_ = json.Unmarshal(in.Metadata, &md)
+	switch election, _, sub := strings.Cut(rest, "#"); {
+	case md.Candidate != "" && rest == md.Candidate+"#c:"+md.Identity:
+		if name == "" || md.Candidate == name || in.Name == name {
+			st.Candidates = append(st.Candidates, candidateRow{Election: md.Candidate, Identity: md.Identity,
+				Value: md.Value, JoinedAt: in.AcquiredAt, LastSeen: in.RenewedAt, Host: in.Hostname, PID: in.PID})
+		}
+	case sub && strings.HasPrefix(rest[len(election):], "#req:"):
+		// a request to a leader (pglocks leader resign|handover)
+	case name == "" || rest == name || in.Name == name:
+		st.Leaders = append(st.Leaders, leaderRow{Election: rest, Held: in.Held, Identity: md.Identity,
+			Term: in.Token, ExpiresIn: in.TimeLeft, Value: md.Value})
+	}
+	return true
 }
 
 // readRuns reads the newest runs of scheduled jobs (of job name if set).
@@ -261,6 +298,16 @@ func printStatus(w io.Writer, st status) {
 		fmt.Fprintln(tw, "  ELECTION\tSTATE\tLEADER\tTERM\tEXPIRES IN")
 		for _, l := range st.Leaders {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", l.Election, heldWord(l.Held), l.Identity, l.Term, l.ExpiresIn.Round(time.Millisecond))
+		}
+	}
+	fmt.Fprintln(tw, "CANDIDATES\t")
+	if len(st.Candidates) == 0 {
+		fmt.Fprintln(tw, "  (none)\t")
+	} else {
+		fmt.Fprintln(tw, "  ELECTION\tIDENTITY\tVALUE\tJOINED\tLAST SEEN\tHOST\tPID")
+		for _, c := range st.Candidates {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d\n", c.Election, c.Identity, c.Value,
+				c.JoinedAt.Format(time.RFC3339), c.LastSeen.Format(time.RFC3339Nano), c.Host, c.PID)
 		}
 	}
 	printRuns(tw, st)

@@ -1,0 +1,179 @@
+package leader
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// Candidate is one running [Elector] of an election, as its candidate row
+// shows it: a lease named "pglocks.leader:" + election + "#c:" + identity
+// that the elector holds, kept alive by its Store, while Run is under way.
+// Times are by the server clock.
+type Candidate struct {
+	// Election is the election's name.
+	Election string
+	// Identity is the candidate's Config.Identity.
+	Identity string
+	// Value is the candidate's value (Config.Value, or the last one it
+	// proclaimed while leading).
+	Value string
+	// JoinedAt is when this candidacy began; LastSeen when its row was
+	// last renewed.
+	JoinedAt, LastSeen time.Time
+	// Hostname and PID identify the candidate's process.
+	Hostname string
+	PID      int
+	// Leading reports whether this candidate holds the election's current
+	// term.
+	Leading bool
+}
+
+// candidateMeta is the JSON of a candidate row.
+type candidateMeta struct {
+	Election string `json:"candidate"`
+	Identity string `json:"identity"`
+	Value    string `json:"value,omitempty"`
+}
+
+func candidatePrefix(election string) string { return leaseName(election) + "#c:" }
+
+func candidateName(election, identity string) string { return candidatePrefix(election) + identity }
+
+// Candidates returns the live candidates of election in store — every
+// Elector whose Run is under way, on any process, whose candidate row has
+// not expired — by identity. A candidate whose process died disappears
+// once its row expires: within its Config.TTL of its last renewal (the
+// Store renews it every TTL × RenewFraction). It needs no Elector: a
+// status page or a deploy script can call it. ctx bounds two queries.
+func Candidates(ctx context.Context, store *lease.Store, election string) ([]Candidate, error) {
+	if err := checkRequestArgs(ctx, store, election); err != nil {
+		return nil, fmt.Errorf("leader: candidates: %w", err)
+	}
+	infos, err := store.ListPrefix(ctx, candidatePrefix(election))
+	if err != nil {
+		return nil, fmt.Errorf("leader: candidates of %q: %w", election, err)
+	}
+	cur, err := store.Get(ctx, leaseName(election))
+	if err != nil && !errors.Is(err, lease.ErrNotFound) {
+		return nil, fmt.Errorf("leader: candidates of %q: %w", election, err)
+	}
+	l := leaderFromInfo(election, cur)
+	out := make([]Candidate, 0, len(infos))
+	for _, i := range infos {
+		var m candidateMeta
+		if json.Unmarshal(i.Metadata, &m) != nil || m.Election != election || candidateName(election, m.Identity) != i.Name {
+			continue // another election's row that shares the prefix
+		}
+		out = append(out, Candidate{Election: election, Identity: m.Identity, Value: m.Value,
+			JoinedAt: i.AcquiredAt, LastSeen: i.RenewedAt, Hostname: i.Hostname, PID: i.PID,
+			Leading: l.Held && l.Identity == m.Identity})
+	}
+	return out, nil
+}
+
+// Candidates returns the election's live candidates; see [Candidates].
+func (e *Elector) Candidates(ctx context.Context) ([]Candidate, error) {
+	if err := e.usable(); err != nil {
+		return nil, fmt.Errorf("leader: candidates: %w", err)
+	}
+	return Candidates(ctx, e.cfg.Store, e.cfg.Name)
+}
+
+// checkRequestArgs checks the arguments of the functions that need no
+// Elector.
+func checkRequestArgs(ctx context.Context, store *lease.Store, election string) error {
+	switch {
+	case ctx == nil:
+		return errors.New("nil context")
+	case store == nil:
+		return errors.New("nil *lease.Store")
+	case pglocks.ValidateName(election) != nil:
+		return fmt.Errorf("election name: %w", pglocks.ValidateName(election))
+	case len(election) > maxNameLen:
+		return fmt.Errorf("election name is %d bytes, more than %d", len(election), maxNameLen)
+	}
+	return nil
+}
+
+// candidacy returns this elector's candidate lease, nil if it holds none.
+func (e *Elector) candidacy() *lease.Lease {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cand
+}
+
+// candidateLost is the candidate lease's Lost, nil (never ready) without
+// one.
+func (e *Elector) candidateLost() <-chan struct{} {
+	if c := e.candidacy(); c != nil {
+		return c.Lost()
+	}
+	return nil
+}
+
+// ensureCandidate takes the candidate row unless this elector holds it:
+// a lease kept alive by the Store's batched keep-alive. A row another
+// process holds (two electors with one Identity) is logged at Warn once;
+// the elector campaigns all the same but cannot be named in a hand-over
+// nor be asked to resign. It returns only errors that retrying cannot
+// cure.
+func (e *Elector) ensureCandidate(ctx context.Context) error {
+	if c := e.candidacy(); c != nil && c.Err() == nil {
+		return nil
+	}
+	md, _ := json.Marshal(candidateMeta{Election: e.cfg.Name, Identity: e.cfg.Identity, Value: e.value()})
+	ls, err := e.cfg.Store.TryAcquire(ctx, candidateName(e.cfg.Name, e.cfg.Identity), e.cfg.TTL,
+		lease.WithKeepAlive(), lease.WithMetadata(md))
+	switch {
+	case errors.Is(err, lease.ErrHeld):
+		e.dupOnce.Do(func() {
+			e.cfg.Logger.Warn("leader: another running elector has this Identity: this one is not listed as a candidate",
+				"election", e.cfg.Name, "identity", e.cfg.Identity)
+		})
+		return nil
+	case err != nil && fatal(err):
+		return err
+	case err != nil:
+		e.cfg.Logger.Debug("leader: take candidate row", "election", e.cfg.Name, "err", err)
+		return nil
+	}
+	e.mu.Lock()
+	e.cand = ls
+	e.mu.Unlock()
+	return nil
+}
+
+// ensureCandidateIfReached is ensureCandidate once a campaign step of
+// this Run has reached the database: a candidate that cannot reach it
+// says so once, in the campaign's words, not also in its Store's.
+func (e *Elector) ensureCandidateIfReached(ctx context.Context, began time.Time) error {
+	e.mu.Lock()
+	reached := !e.reachedAt.Before(began)
+	e.mu.Unlock()
+	if !reached {
+		return nil
+	}
+	return e.ensureCandidate(ctx)
+}
+
+// leaveCandidacy releases the candidate row, with a fresh bounded context.
+func (e *Elector) leaveCandidacy() {
+	e.mu.Lock()
+	c := e.cand
+	e.cand = nil
+	e.mu.Unlock()
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
+	defer cancel()
+	if err := c.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) && !errors.Is(err, lease.ErrReleased) {
+		e.cfg.Logger.Debug("leader: release candidate row", "election", e.cfg.Name, "err", err)
+	}
+}

@@ -1,0 +1,110 @@
+package leader
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pglocks/pglocks/lease"
+)
+
+// MaxValueLen bounds a candidate's and a leader's value (Config.Value,
+// [Term.Proclaim]), in bytes: it is stored in the lease rows' metadata,
+// read by every observer on every change.
+const MaxValueLen = 8 << 10
+
+// publisher is what a term publishes in its lease row: the metadata,
+// changed by Proclaim and by a hand-over's reservation.
+type publisher struct {
+	e  *Elector
+	mu sync.Mutex
+	m  meta
+}
+
+// set writes m to the term's lease row and, done, keeps it. Calls are
+// serialized, so the row shows the last one answered.
+func (p *publisher) set(ctx context.Context, ls *lease.Lease, change func(*meta)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.m
+	change(&m)
+	md, _ := json.Marshal(m)
+	if err := ls.SetMetadata(ctx, md); err != nil {
+		return err
+	}
+	p.m = m
+	return nil
+}
+
+func (p *publisher) value() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m.Value
+}
+
+// Value returns the value this term publishes ([Leader].Value): the
+// elector's Config.Value, or the last one proclaimed. The zero Term's is
+// empty.
+func (t Term) Value() string {
+	if t.pub == nil {
+		return ""
+	}
+	return t.pub.value()
+}
+
+// Proclaim publishes value with this term, without a new election (etcd's
+// Proclaim): it replaces the value in the term's lease row, in one
+// statement scoped to the term, and notifies observers, whose
+// [Elector.Observe] delivers the new [Leader]. The elector's candidate row
+// and its later terms carry the new value too. value is at most
+// [MaxValueLen] bytes of valid UTF-8. It returns an error wrapping
+// [lease.ErrNotHeld] once the term is over (the zero Term too); any other
+// error is an unknown outcome — the row may show the old value or the new
+// one — and leaves the term as it was. ctx bounds the round trips.
+func (t Term) Proclaim(ctx context.Context, value string) error {
+	switch {
+	case t.pub == nil || t.lease == nil:
+		return fmt.Errorf("leader: proclaim: the zero Term is no term: %w", lease.ErrNotHeld)
+	case ctx == nil:
+		return fmt.Errorf("leader: proclaim in %q: nil context", t.Election)
+	case len(value) > MaxValueLen || !utf8.ValidString(value):
+		return fmt.Errorf("leader: proclaim in %q: value is %d bytes, more than %d, or not valid UTF-8", t.Election, len(value), MaxValueLen)
+	case t.Context().Err() != nil:
+		return fmt.Errorf("leader: proclaim in %q: term %d is over: %w", t.Election, t.Number, lease.ErrNotHeld)
+	}
+	if err := t.pub.set(ctx, t.lease, func(m *meta) { m.Value = value }); err != nil {
+		return fmt.Errorf("leader: proclaim in %q, term %d: %w", t.Election, t.Number, err)
+	}
+	e := t.pub.e
+	e.setValue(ctx, value)
+	e.notify(ctx)
+	return nil
+}
+
+// value is the value this elector publishes.
+func (e *Elector) value() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.val
+}
+
+// setValue records value for later terms and in the candidate row (best
+// effort: a failure is logged, and a candidate row taken again carries it).
+func (e *Elector) setValue(ctx context.Context, value string) {
+	e.mu.Lock()
+	e.val = value
+	c := e.cand
+	e.mu.Unlock()
+	if c == nil {
+		return
+	}
+	md, _ := json.Marshal(candidateMeta{Election: e.cfg.Name, Identity: e.cfg.Identity, Value: value})
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.SetMetadata(ctx, md); err != nil {
+		e.cfg.Logger.Debug("leader: set value in candidate row", "election", e.cfg.Name, "err", err)
+	}
+}
