@@ -1,4 +1,0 @@
-package shard_test
-
-// runChild runs a member process when the test binary is started as one.
-func runChild() bool { return false }
