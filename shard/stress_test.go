@@ -103,7 +103,8 @@ func checkMove(t *testing.T, g *group, calc *shard.Member, prev, own map[string]
 }
 
 // restRate logs the statements per second the database commits while the
-// group is at rest (every autocommit statement is a transaction).
+// group is at rest, its owners' fenced writes paused (every autocommit
+// statement is a transaction).
 func restRate(t *testing.T, g *group) {
 	ctx := context.Background()
 	conn := g.db.Conn(t)
@@ -117,6 +118,8 @@ func restRate(t *testing.T, g *group) {
 		}
 		return c
 	}
+	g.quiet.Store(true)
+	defer g.quiet.Store(false)
 	const window = 30 * time.Second
 	a := read()
 	start := time.Now()
