@@ -21,6 +21,7 @@ import (
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/otelpglocks"
 	"github.com/pglocks/pglocks/schedule"
+	"github.com/pglocks/pglocks/shard"
 	"github.com/pglocks/pglocks/singleflight"
 	"github.com/pglocks/pglocks/stdsql"
 )
@@ -34,6 +35,7 @@ var packages = map[string]string{
 	"advisory":     "../../advisory",
 	"lease":        "../../lease",
 	"leader":       "../../leader",
+	"shard":        "../../shard",
 	"httplock":     "../../httplock",
 	"singleflight": "../../singleflight",
 	"stdsql":       "../../stdsql",
@@ -83,6 +85,9 @@ var types = map[string]reflect.Type{
 	"leader.Mode":           reflect.TypeFor[leader.Mode](),
 	"leader.State":          reflect.TypeFor[leader.State](),
 	"leader.Term":           reflect.TypeFor[leader.Term](),
+	"shard.Config":          reflect.TypeFor[shard.Config](),
+	"shard.Member":          reflect.TypeFor[shard.Member](),
+	"shard.Shard":           reflect.TypeFor[shard.Shard](),
 	"httplock.BusyError":    reflect.TypeFor[httplock.BusyError](),
 	"httplock.Config":       reflect.TypeFor[httplock.Config](),
 	"httplock.Held":         reflect.TypeFor[httplock.Held](),
@@ -134,6 +139,7 @@ var funcs = map[string]any{
 	"leader.Candidates":             leader.Candidates,
 	"leader.RequestResign":          leader.RequestResign,
 	"leader.RequestHandOver":        leader.RequestHandOver,
+	"shard.New":                     shard.New,
 	"httplock.New":                  httplock.New,
 	"httplock.Advisory":             httplock.Advisory,
 	"httplock.Lease":                httplock.Lease,

@@ -1,0 +1,263 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/lease"
+	"github.com/pglocks/pglocks/pgtest"
+	"github.com/pglocks/pglocks/shard"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.WrapMain(m, pgtest.WithTemplate(func(ctx context.Context, conn *pgx.Conn) error {
+		ddl, err := lease.SchemaSQL(lease.Config{})
+		if err != nil {
+			return err
+		}
+		if _, err = conn.Exec(ctx, ddl); err != nil {
+			return err
+		}
+		// The fence checker's tables: the highest token that wrote per
+		// shard, and every refused (lower) write.
+		_, err = conn.Exec(ctx, `create table fence (shard text primary key, token bigint not null, member text not null);
+create table overlap (shard text, token bigint, member text, seen bigint, at timestamptz default clock_timestamp())`)
+		return err
+	})))
+}
+
+// group is the test's view of a set of members of one group, each with
+// its own pool and Store, as separate processes would have.
+type group struct {
+	t      *testing.T
+	db     *pgtest.DB
+	name   string
+	shards []string
+	ttl    time.Duration
+	poll   time.Duration
+
+	mu      sync.Mutex
+	members map[string]*runner
+	writes  int64
+	quiet   atomic.Bool // owners skip their writes (a measurement at rest)
+}
+
+type runner struct {
+	m      *shard.Member
+	store  *lease.Store
+	pool   *pgxpool.Pool
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newGroup(t *testing.T, n int, ttl, poll time.Duration) *group {
+	shards := make([]string, n)
+	for i := range shards {
+		shards[i] = fmt.Sprint(i)
+	}
+	return &group{t: t, db: pgtest.New(t), name: "g", shards: shards, ttl: ttl, poll: poll, members: map[string]*runner{}}
+}
+
+// join starts member id with its own pool (application_name id) and store.
+func (g *group) join(id string) *runner {
+	t := g.t
+	pool := g.db.NewPool(t, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["application_name"] = id
+		c.MaxConns = 8
+	})
+	st, err := lease.New(pool, lease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := shard.New(shard.Config{Group: g.name, Shards: g.shards, Store: st, Identity: id, TTL: g.ttl, PollInterval: g.poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runner{m: m, store: st, pool: pool, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- m.Run(ctx, func(ctx context.Context, s shard.Shard) { g.work(ctx, pool, id, s) }) }()
+	t.Cleanup(func() { g.stop(id, true) })
+	g.mu.Lock()
+	g.members[id] = r
+	g.mu.Unlock()
+	return r
+}
+
+// stop ends member id: leaving (release) or, with leave false, closing
+// its store under it, as a crash leaves its rows. It returns Run's error.
+func (g *group) stop(id string, leave bool) error {
+	g.mu.Lock()
+	r := g.members[id]
+	delete(g.members, id)
+	g.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if !leave {
+		_ = r.store.Close(ctx) // Run returns on its own
+	} else {
+		r.cancel()
+	}
+	var err error
+	select {
+	case err = <-r.done:
+	case <-ctx.Done():
+		g.t.Errorf("member %s: Run did not return", id)
+	}
+	r.cancel()
+	_ = r.store.Close(ctx)
+	return err
+}
+
+// work is each owner's fn: a fenced write when the term starts and then
+// every N/2 ms (at least 20ms: 100 shards, 2,000 writes/s in all) until
+// it ends. A write carrying a lower token than one that
+// already wrote for the shard is recorded in overlap: two trusted owners.
+func (g *group) work(ctx context.Context, pool *pgxpool.Pool, id string, s shard.Shard) {
+	for {
+		if g.quiet.Load() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := s.Guard(ctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `with prev as (select token from fence where shard = $1 for update),
+ins as (insert into overlap (shard, token, member, seen) select $1, $2, $3, token from prev where token > $2)
+insert into fence (shard, token, member) values ($1, $2, $3)
+on conflict (shard) do update set token = excluded.token, member = excluded.member where fence.token <= excluded.token`,
+				s.Name, s.Token, id)
+			return err
+		})
+		var pgErr *pgconn.PgError
+		if err == nil {
+			g.mu.Lock()
+			g.writes++
+			g.mu.Unlock()
+		} else if ctx.Err() == nil && !errors.Is(err, lease.ErrNotHeld) &&
+			errors.As(err, &pgErr) && pgErr.Code != "57P01" {
+			// A terminated connection is the test's doing; any other
+			// refusal by the server is a bug.
+			g.t.Errorf("fenced write of shard %s by %s: %v", s.Name, id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(20*time.Millisecond, time.Duration(len(g.shards))*time.Millisecond/2)):
+		}
+	}
+}
+
+// checkNoOverlap fails the test if any fenced write came after a higher
+// token's, and logs how many fenced writes committed.
+func (g *group) checkNoOverlap() {
+	g.mu.Lock()
+	g.t.Logf("%d fenced writes committed", g.writes)
+	g.mu.Unlock()
+	var n int
+	if err := g.db.Conn(g.t).QueryRow(context.Background(), "select count(*) from overlap").Scan(&n); err != nil {
+		g.t.Fatal(err)
+	}
+	if n != 0 {
+		g.t.Fatalf("%d fenced writes came from a superseded owner", n)
+	}
+}
+
+// ownership returns shard → member from every running member's Owned,
+// and fails the test if two claim one shard.
+func (g *group) ownership() (map[string]string, map[string]int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	own, load := map[string]string{}, map[string]int{}
+	for id, r := range g.members {
+		for _, s := range r.m.Owned() {
+			if o, ok := own[s]; ok {
+				g.t.Fatalf("shard %s owned by %s and %s", s, o, id)
+			}
+			own[s] = id
+			load[id]++
+		}
+	}
+	return own, load
+}
+
+// settle waits until every running member owns exactly its share of the
+// current member set, and returns the ownership then.
+func (g *group) settle(within time.Duration) map[string]string {
+	g.t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if own, ok := g.settled(); ok {
+			return own
+		}
+		if time.Now().After(deadline) {
+			own, load := g.ownership()
+			g.t.Fatalf("not settled within %v: %d of %d shards owned, loads %v", within, len(own), len(g.shards), load)
+		}
+		<-tick.C
+	}
+}
+
+func (g *group) settled() (map[string]string, bool) {
+	own, _ := g.ownership()
+	g.mu.Lock()
+	ids := slices.Sorted(maps.Keys(g.members))
+	rs := maps.Clone(g.members)
+	g.mu.Unlock()
+	if len(own) != len(g.shards) {
+		return nil, false
+	}
+	for _, id := range ids {
+		if !slices.Equal(rs[id].m.Owned(), sorted(rs[id].m.Target(id, ids))) {
+			return nil, false
+		}
+	}
+	return own, true
+}
+
+func sorted(s []string) []string { slices.Sort(s); return s }
+
+// balanced fails the test unless loads differ by at most one.
+func (g *group) balanced(own map[string]string) {
+	load := map[string]int{}
+	for _, m := range own {
+		load[m]++
+	}
+	lo, hi := len(g.shards), 0
+	for _, n := range load {
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	if hi-lo > 1 {
+		g.t.Fatalf("loads %v differ by more than one", load)
+	}
+}
+
+func movedCount(a, b map[string]string) int {
+	n := 0
+	for s, m := range a {
+		if b[s] != m {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,239 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pglocks/pglocks/internal/backoff"
+	"github.com/pglocks/pglocks/internal/outcome"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// Member is one process's (or one goroutine's) membership in a group: it
+// keeps its member row alive, computes its share of the shards from the
+// live member list, takes the shard leases of its share and gives up the
+// others. Make it with [New] and run it with [Member.Run]. Its methods are
+// safe for concurrent use.
+type Member struct {
+	cfg  Config
+	wake chan struct{} // a SetShards asks the loop to look again
+
+	mu      sync.Mutex
+	shards  []string
+	running bool
+	held    map[string]int64 // shard → token, while its fn may run
+}
+
+// New checks cfg and returns a Member. It does not touch the database.
+func New(cfg Config) (*Member, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Member{cfg: cfg, wake: make(chan struct{}, 1), shards: cfg.Shards, held: map[string]int64{}}, nil
+}
+
+// Identity returns the member's identity in its group ("" for a nil
+// Member).
+func (m *Member) Identity() string {
+	if m == nil {
+		return ""
+	}
+	return m.cfg.Identity
+}
+
+// memberPrefix is the prefix of the member rows' lease names.
+func (m *Member) memberPrefix() string { return m.cfg.Group + "#m:" }
+
+// shardLease is the lease name of shard s.
+func (m *Member) shardLease(s string) string { return m.cfg.Group + "#s:" + s }
+
+// SetShards changes the group's shard set, at once: the member gives up
+// the shards that are no longer in it and takes its share of the new
+// ones. Give every member of the group the same set. The rules are those of
+// Config.Shards.
+func (m *Member) SetShards(shards []string) error {
+	if m == nil || m.wake == nil {
+		return errors.New("shard: SetShards on a nil or zero Member")
+	}
+	s, err := checkShards(shards)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.shards = s
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Owned returns the shards this member holds now (their leases acquired
+// and their functions started), by name.
+func (m *Member) Owned() []string {
+	if m == nil || m.held == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.held))
+	for s := range m.held {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Members returns the identities of the group's live members (those whose
+// member row is held unexpired by the server clock), sorted. ctx bounds
+// the query.
+func (m *Member) Members(ctx context.Context) ([]string, error) {
+	if m == nil || m.cfg.Store == nil {
+		return nil, errors.New("shard: Members on a nil or zero Member")
+	}
+	if ctx == nil {
+		return nil, errors.New("shard: Members: nil ctx")
+	}
+	infos, err := m.cfg.Store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("shard: list members of %q: %w", m.cfg.Group, err)
+	}
+	var ids []string
+	for _, i := range infos {
+		if id, ok := strings.CutPrefix(i.Name, m.memberPrefix()); ok && i.Held {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil // List orders by name
+}
+
+// Target returns the shards that member identity owns when members are
+// the group's live members: the assignment every member computes for
+// itself, exposed for inspection and tests. It reads nothing.
+func (m *Member) Target(identity string, members []string) []string {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	shards := m.shards
+	m.mu.Unlock()
+	var out []string
+	for i, j := range assign(shards, members) {
+		if j >= 0 && members[j] == identity {
+			out = append(out, shards[i])
+		}
+	}
+	return out
+}
+
+// Run joins the group and runs fn for every shard the member comes to
+// own, each in its own goroutine, with a Context cancelled when the member
+// must give the shard up (it is reassigned, the member leaves) or loses
+// its lease; see [Shard]. The shard is held until then whether or not fn
+// has returned, and released only after fn has returned: the next owner
+// starts after this one's fn is done. fn must return soon after its ctx
+// ends.
+//
+// Run returns when ctx ends, after leaving the group: the member row is
+// released first, then every shard (its fn returned) — so the others take
+// over at once. A member whose row is lost (renewals failed, a long pause)
+// gives up all its shards and joins again, with backoff. Run returns an
+// error that retrying cannot cure at once: [ErrIdentityInUse], a missing
+// lease table or privilege, a closed Store (a Store closed under a running
+// member leaves its rows to expire, as a crash does), [ErrRunning].
+func (m *Member) Run(ctx context.Context, fn func(ctx context.Context, s Shard)) error {
+	if m == nil || m.cfg.Store == nil {
+		return errors.New("shard: Run on a nil or zero Member")
+	}
+	if ctx == nil || fn == nil {
+		return errors.New("shard: Run: nil ctx or fn")
+	}
+	m.mu.Lock()
+	if m.running {
+		m.mu.Unlock()
+		return ErrRunning
+	}
+	m.running = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.running = false
+		m.mu.Unlock()
+	}()
+	var bo backoff.Backoff
+	for {
+		err := m.membership(ctx, fn)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrIdentityInUse) || errors.Is(err, lease.ErrClosed) || outcome.Of(err) == outcome.Fatal {
+			return err
+		}
+		m.cfg.Logger.Warn("shard: membership ended, joining again", "group", m.cfg.Group, "member", m.cfg.Identity, "err", err)
+		if bo.Wait(ctx) != nil {
+			return nil
+		}
+	}
+}
+
+// membership is one membership: join, follow the member list, leave.
+func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)) error {
+	st := m.cfg.Store
+	row, err := st.TryAcquire(ctx, m.memberPrefix()+m.cfg.Identity, m.cfg.TTL, lease.WithKeepAlive())
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		return fmt.Errorf("%w: group %q, identity %q (the row expires in %v unless its holder renews it)",
+			ErrIdentityInUse, m.cfg.Group, m.cfg.Identity, held.ExpiresIn)
+	}
+	if err != nil {
+		return fmt.Errorf("shard: join group %q: %w", m.cfg.Group, err)
+	}
+	o := newOwners(m, fn)
+	defer func() {
+		// Leave: the member row first, so that the others see us gone and
+		// wait for our shards, which the release of each then hands over.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.TTL)
+		defer cancel()
+		_ = row.Release(rctx)
+		o.stopAll()
+	}()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-row.Context().Done():
+			return fmt.Errorf("shard: member row of %q lost: %w", m.cfg.Identity, context.Cause(row.Context()))
+		case <-timer.C:
+		case <-m.wake:
+		}
+		m.reconcile(ctx, o)
+		timer.Reset(m.cfg.PollInterval)
+	}
+}
+
+// reconcile reads the member list and makes the running owners match this
+// member's share. A failed read changes nothing.
+func (m *Member) reconcile(ctx context.Context, o *owners) {
+	members, err := m.Members(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.cfg.Logger.Warn("shard: cannot read the member list", "group", m.cfg.Group, "member", m.cfg.Identity, "err", err)
+		}
+		return
+	}
+	if !slices.Contains(members, m.cfg.Identity) {
+		// Our row is live (we hold its lease): the list was read before
+		// the server saw it, or it renewed late. Count ourselves in.
+		members = append(members, m.cfg.Identity)
+	}
+	o.set(ctx, m.Target(m.cfg.Identity, members))
+}

@@ -1,0 +1,130 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pglocks/pglocks/lease"
+	"github.com/pglocks/pglocks/shard"
+)
+
+// TestStress churns a group: each round a random member crashes (its store
+// closed under it, its rows left to expire) or leaves, and a new one
+// joins; after each settle every shard has one owner, loads differ by at
+// most one, the shards moved are those the assignment moves, a crashed
+// member's shards are taken over within TTL + PollInterval (plus slack),
+// and no fenced write of a superseded owner commits. By default 200 shards
+// over 4 members for 4 rounds (TTL 2 s, poll 200 ms); PGLOCKS_STRESS=1:
+// 1,000 shards over 10 members for 20 rounds (TTL 10 s, poll 1 s), and the statements per second of the group at
+// rest (xact_commit of the database over 30 s).
+func TestStress(t *testing.T) {
+	t.Parallel()
+	n, m, rounds := 200, 4, 4
+	ttl, poll := 2*time.Second, 200*time.Millisecond
+	big := os.Getenv("PGLOCKS_STRESS") != ""
+	if big {
+		// TTL 10 s: with 2 s, 1,000 owners' fenced writes on 2 cores
+		// delayed renewals past their trust deadlines.
+		n, m, rounds = 1000, 10, 20
+		ttl, poll = 10*time.Second, time.Second
+	}
+	g := newGroup(t, n, ttl, poll)
+	var ids []string
+	next := 0
+	join := func() {
+		id := fmt.Sprintf("m%d", next)
+		next++
+		g.join(id)
+		ids = append(ids, id)
+	}
+	for range m {
+		join()
+	}
+	start := time.Now()
+	prev := g.settle(2 * time.Minute)
+	t.Logf("%d shards over %d members settled in %v", n, m, time.Since(start))
+	g.balanced(prev)
+	if big {
+		restRate(t, g)
+	}
+	calc, err := shard.New(shard.Config{Group: g.name, Shards: g.shards, Store: newCalcStore(t, g)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range rounds {
+		victim := ids[rand.N(len(ids))]
+		crash := rand.N(2) == 0
+		start := time.Now()
+		err := g.stop(victim, !crash)
+		if crash != errors.Is(err, lease.ErrClosed) || (!crash && err != nil) {
+			t.Fatalf("round %d: Run of %s (crash %v) = %v", r, victim, crash, err)
+		}
+		ids = slices.DeleteFunc(ids, func(s string) bool { return s == victim })
+		own := g.settle(2 * time.Minute)
+		took := time.Since(start)
+		if crash && took > ttl+poll+10*time.Second {
+			t.Errorf("round %d: takeover of crashed %s took %v", r, victim, took)
+		}
+		checkMove(t, g, calc, prev, own, ids, len(ids)+1, fmt.Sprintf("round %d: %s %s (%v)", r, map[bool]string{true: "crash", false: "leave"}[crash], victim, took))
+		join()
+		start = time.Now()
+		prev = own
+		own = g.settle(2 * time.Minute)
+		checkMove(t, g, calc, prev, own, ids, len(ids), fmt.Sprintf("round %d: join %s (%v)", r, ids[len(ids)-1], time.Since(start)))
+		prev = own
+	}
+	g.checkNoOverlap()
+}
+
+// checkMove checks balance and that the shards moved from prev to own are
+// those the assignment moves for member set ids; bigM is the larger of
+// the member counts before and after.
+func checkMove(t *testing.T, g *group, calc *shard.Member, prev, own map[string]string, ids []string, bigM int, what string) {
+	t.Helper()
+	g.balanced(own)
+	want := map[string]string{}
+	for _, id := range ids {
+		for _, s := range calc.Target(id, ids) {
+			want[s] = id
+		}
+	}
+	if !maps.Equal(own, want) {
+		t.Fatalf("%s: ownership differs from the assignment", what)
+	}
+	moved := movedCount(prev, own)
+	t.Logf("%s: %d moved, %.2f × N/M", what, moved, float64(moved)*float64(bigM)/float64(len(g.shards)))
+}
+
+// restRate logs the statements per second the database commits while the
+// group is at rest, its owners' fenced writes paused (every autocommit
+// statement is a transaction).
+func restRate(t *testing.T, g *group) {
+	ctx := context.Background()
+	conn := g.db.Conn(t)
+	read := func() int64 {
+		var c int64
+		if _, err := conn.Exec(ctx, "select pg_stat_clear_snapshot()"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, "select xact_commit + xact_rollback from pg_stat_database where datname = current_database()").Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	g.quiet.Store(true)
+	defer g.quiet.Store(false)
+	const window = 30 * time.Second
+	a := read()
+	start := time.Now()
+	<-time.After(window) // a measurement window, not a synchronization
+	b := read()
+	own, _ := g.ownership()
+	t.Logf("at rest: %d shards, %d members: %.2f statements/s (%d in %v)", len(own), len(g.members), float64(b-a)/time.Since(start).Seconds(), b-a, time.Since(start).Round(time.Second))
+}
