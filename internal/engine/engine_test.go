@@ -31,7 +31,7 @@ func probe(t *testing.T, db *pgtest.DB) engine.Report {
 	}
 	defer first.Close(ctx)
 	start := time.Now()
-	r, err := engine.Probe(ctx, cfg, first)
+	r, err := engine.Probe(ctx, cfg, first, true)
 	if err != nil {
 		t.Fatal(err)
 	}
