@@ -229,7 +229,7 @@
 // transaction locks ([XactLock] and its kin) run on the caller's
 // transaction and are not probed per call: `pglocks doctor` checks them
 // and clock_timestamp() too. Neither are the functions on a caller's
-// connection ([TryLockOn] and its kin).
+// connection ([TrySessionLock] and its kin).
 //
 // # When a statement fails
 //
