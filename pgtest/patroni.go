@@ -68,8 +68,8 @@ type patroniProc struct {
 }
 
 // StartPatroni starts a cluster and returns once a primary accepts writes
-// through the multi-host DSN and, in synchronous mode, a synchronous
-// standby is attached. ctx bounds only the start; on failure the error
+// through the multi-host DSN and, in synchronous mode, Patroni names a
+// synchronous standby (see [Patroni.WaitSynchronous]). ctx bounds only the start; on failure the error
 // carries etcd's view of the cluster and every process's log tail.
 func StartPatroni(ctx context.Context, o PatroniOptions) (*Patroni, error) {
 	if o.Nodes <= 0 {
@@ -98,7 +98,7 @@ func StartPatroni(ctx context.Context, o PatroniOptions) (*Patroni, error) {
 	if err := p.startAll(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := p.WaitPrimary(ctx, ""); err != nil {
+	if _, err := p.WaitSynchronous(ctx); err != nil {
 		return nil, err
 	}
 	ok = true

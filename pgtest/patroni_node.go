@@ -169,25 +169,36 @@ func (p *Patroni) Primary(ctx context.Context) string {
 }
 
 // WaitPrimary waits until a node other than not (any node if not is "")
-// is the primary and accepts a write through [Patroni.DSN] and, in
-// synchronous mode, has a synchronous standby; it returns that node. On
-// ctx's end the error carries Patroni's view of the cluster (patronictl
-// list) and the logs' tails.
+// is the primary and accepts a write through [Patroni.DSN]; it returns
+// that node. On ctx's end the error carries Patroni's view of the cluster
+// (patronictl list) and the logs' tails.
 func (p *Patroni) WaitPrimary(ctx context.Context, not string) (string, error) {
+	return p.waitPrimary(ctx, not, false)
+}
+
+// WaitSynchronous waits, as [Patroni.WaitPrimary] does, for a writable
+// primary and also, in synchronous mode, for a node that Patroni calls its
+// synchronous standby: the cluster is then ready for another failover.
+func (p *Patroni) WaitSynchronous(ctx context.Context) (string, error) {
+	return p.waitPrimary(ctx, "", true)
+}
+
+func (p *Patroni) waitPrimary(ctx context.Context, not string, sync bool) (string, error) {
 	for {
-		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) {
+		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && (!sync || p.hasSync(ctx)) {
 			return name, nil
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("pgtest: Patroni elected no primary (other than %q): %w\n%s", not, context.Cause(ctx), p.view())
+			return "", fmt.Errorf("pgtest: Patroni elected no primary (other than %q; synchronous standby wanted: %v): %w\n%s",
+				not, sync && !p.opts.Async, context.Cause(ctx), p.view())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
 // writable reports whether name accepts a write through the multi-host
-// DSN and, in synchronous mode, lists a synchronous standby.
+// DSN.
 func (p *Patroni) writable(ctx context.Context, name string) bool {
 	n, _ := p.node(name)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -200,10 +211,24 @@ func (p *Patroni) writable(ctx context.Context, name string) bool {
 	if a, ok := conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr); !ok || a.Port != n.pgPort {
 		return false
 	}
-	var sync bool
-	err = conn.QueryRow(ctx, `select pg_catalog.txid_current() > 0 and
-		($1 or exists (select from pg_stat_replication where sync_state = 'sync'))`, p.opts.Async).Scan(&sync)
-	return err == nil && sync
+	var ok bool
+	err = conn.QueryRow(ctx, "select pg_catalog.txid_current() > 0").Scan(&ok)
+	return err == nil && ok
+}
+
+// hasSync reports whether, in synchronous mode, some node's Patroni calls
+// itself a synchronous standby (GET /sync answers 200): only then will
+// Patroni switch over or fail over without losing commits.
+func (p *Patroni) hasSync(ctx context.Context) bool {
+	if p.opts.Async {
+		return true
+	}
+	for _, n := range p.nodes {
+		if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/sync"); code == http.StatusOK {
+			return true
+		}
+	}
+	return false
 }
 
 // view returns patronictl list and the tails of every log, for errors.
@@ -284,8 +309,8 @@ func (p *Patroni) Switchover(ctx context.Context, candidate string) error {
 		args = append(args, "--candidate", candidate)
 	}
 	out, err := exec.CommandContext(ctx, "patronictl", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("pgtest: patronictl switchover: %w: %s", err, out)
+	if err != nil || !strings.Contains(string(out), "Successfully switched over") {
+		return fmt.Errorf("pgtest: patronictl switchover: %v: %s", err, out)
 	}
 	return nil
 }
