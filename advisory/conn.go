@@ -50,8 +50,10 @@ func (l *Locker) connect(ctx context.Context, onNotify pgconn.NotificationHandle
 }
 
 // accept refuses a connection that reaches the server through a pooler in
-// transaction or statement mode (see [refuseTransactionPooling]) or that
-// reached a standby ([ErrStandby]); it runs before any setting is sent.
+// transaction or statement mode (see [refuseTransactionPooling]), that
+// reached a standby ([ErrStandby]), or whose server's advisory locks do not
+// exclude ([ErrLocksDoNotExclude], proved once per Locker by
+// [Locker.proveEngine]); it runs before any setting is sent.
 func (l *Locker) accept(ctx context.Context, conn dial.Conn) error {
 	if err := refuseTransactionPooling(ctx, l.poolCfg, conn); err != nil {
 		return err
@@ -59,7 +61,7 @@ func (l *Locker) accept(ctx context.Context, conn dial.Conn) error {
 	if conn.InRecovery {
 		return outcome.MarkFatal(ErrStandby)
 	}
-	return nil
+	return l.proveEngine(ctx, conn)
 }
 
 // refuseTransactionPooling fails the dial of a connection that reaches the

@@ -214,6 +214,23 @@
 // advisory locks work but exclude only that standby's clients — is refused
 // with [ErrStandby], at once, by TryLock and Lock (TestStandbyRefused).
 //
+// # Engines whose locks lie
+//
+// The Locker does not trust a version string: at its first connection it
+// proves, once, that the server's session advisory locks exclude across
+// sessions — it takes a random key on that session, which a second,
+// short-lived connection must be refused, and which pg_advisory_unlock
+// must then free (one more connection and four statements, a few
+// milliseconds, once per Locker; later sessions cost one atomic load
+// more). Where they do not — CockroachDB's advisory-lock functions return
+// success and lock nothing; a search_path that puts a schema before
+// pg_catalog can shadow them — every session-lock operation fails at once
+// with [ErrLocksDoNotExclude] (TestLocksThatDoNotExcludeAreRefused). The
+// transaction locks ([XactLock] and its kin) run on the caller's
+// transaction and are not probed per call: `pglocks doctor` checks them
+// and clock_timestamp() too. Neither are the functions on a caller's
+// connection ([TrySessionLock] and its kin).
+//
 // # When a statement fails
 //
 // Every try and unlock ends done, not done, or unknown (see

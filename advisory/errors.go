@@ -62,6 +62,18 @@ var (
 	// is not retried. Use [XactLock] and its kin, or the lease package,
 	// behind such a pooler, or give the Locker a pool that reaches
 	// PostgreSQL directly or through a session-mode pooler.
+	// ErrLocksDoNotExclude is returned (wrapped with what the server did,
+	// at once, by every session-lock operation of a [Locker]) when the
+	// server's session advisory locks do not exclude across sessions: a
+	// probe key the Locker took on its first session was granted to a
+	// second session too, or pg_advisory_unlock did not free it.
+	// CockroachDB's pg_advisory_lock functions are such stubs, and a
+	// search_path that puts a schema before pg_catalog can shadow them. The
+	// Locker proves this once, at its first connection, whatever the
+	// server's version string says; it is not retried. Use the lease
+	// package on such a server, if its clock passes `pglocks doctor`.
+	ErrLocksDoNotExclude = errors.New("advisory: session locks refused: the server's advisory locks do not exclude across sessions")
+
 	ErrTransactionPooling = errors.New("advisory: session locks refused: the pool reaches PostgreSQL through a pooler in transaction or statement mode (use XactLock or leases, or a direct or session-mode connection)")
 )
 

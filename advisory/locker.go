@@ -43,6 +43,8 @@ type Locker struct {
 	fails failrun.Run // the acquire calls failing now, for the Logger
 
 	closeOnce sync.Once
+
+	engine engineCheck // the proof that the server's locks exclude
 }
 
 var errNilContext = errors.New("nil context")

@@ -72,6 +72,7 @@ func doctor(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode,
 	}
 	row("server", "PostgreSQL "+f.version+", "+role)
 	row("pooler", f.mode.String())
+	f.engineRows(row)
 	sessionNote := ""
 	if !f.mode.KeepsSession() {
 		sessionNote = "not tried: it would be stranded on a pooled server session"

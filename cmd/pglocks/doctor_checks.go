@@ -35,6 +35,7 @@ type findings struct {
 	settings   [][2]string
 	offset     time.Duration // server clock − client clock
 	rtt        time.Duration
+	engine     engineFindings
 }
 
 // examine runs every check on pool's database. Only a failure to reach the
@@ -57,6 +58,7 @@ func examine(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode
 	if f.mode, err = pooler.Probe(ctx, pool.Config(), conn); err != nil {
 		return nil, err
 	}
+	f.probeEngine(ctx, pool.Config(), conn)
 	if f.mode.KeepsSession() { // elsewhere a lock or LISTEN would be stranded
 		f.sessionOK = sessionLockKept(ctx, conn.Conn)
 		f.notifyOK, f.notifyNote = notifyArrives(ctx, pool, conn.Conn)
@@ -214,6 +216,7 @@ func (f *findings) safe() (why, notes map[string]string) {
 			why[feature] = reason
 		}
 	}
+	f.engineSafety(add)
 	if !f.writeOK {
 		add("leases", "an autocommitted UPDATE was left in an open transaction by the pooler (Pgpool-II with the extended protocol: use default_query_exec_mode=simple_protocol)")
 		add("leader", "autocommitted writes are not committed by the pooler")

@@ -1,0 +1,348 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// patroniNode is one PostgreSQL node and the Patroni that runs it.
+type patroniNode struct {
+	name       string
+	dir        string
+	pgPort     int
+	restPort   int
+	cred       *syscall.Credential
+	proc       *patroniProc
+	configPath string
+}
+
+// patroniCred is who runs Patroni and PostgreSQL when we are root.
+func patroniCred() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	return unprivilegedUser()
+}
+
+func (p *Patroni) newNode(i int, cred *syscall.Credential) (*patroniNode, error) {
+	n := &patroniNode{name: "node" + strconv.Itoa(i), cred: cred}
+	n.dir = filepath.Join(p.dir, n.name)
+	var err error
+	if n.pgPort, err = freePort(); err != nil {
+		return nil, err
+	}
+	if n.restPort, err = freePort(); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(n.dir, 0o700); err != nil {
+		return nil, err
+	}
+	n.configPath = filepath.Join(p.dir, n.name+".yml")
+	if err := os.WriteFile(n.configPath, []byte(p.nodeConfig(n)), 0o644); err != nil {
+		return nil, err
+	}
+	if cred != nil {
+		for _, path := range []string{p.dir, n.dir} {
+			if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// nodeConfig is n's Patroni configuration (YAML; JSON is YAML).
+func (p *Patroni) nodeConfig(n *patroniNode) string {
+	q := strconv.Quote
+	return fmt.Sprintf(`{"scope": "pgtest", "name": %s,
+"restapi": {"listen": "127.0.0.1:%d", "connect_address": "127.0.0.1:%d"},
+"etcd3": {"hosts": ["127.0.0.1:%d"]},
+"bootstrap": {"dcs": {"ttl": %d, "loop_wait": 1, "retry_timeout": 5, "maximum_lag_on_failover": 1048576,
+  "synchronous_mode": %t, "synchronous_mode_strict": %t,
+  "postgresql": {"use_pg_rewind": true, "parameters": {"wal_level": "replica", "hot_standby": "on",
+    "max_wal_senders": 10, "max_replication_slots": 10, "wal_log_hints": "on", "max_connections": 100}}},
+  "initdb": [{"encoding": "UTF8"}, {"auth": "trust"}],
+  "pg_hba": ["local all all trust", "host all all 127.0.0.1/32 trust", "host replication all 127.0.0.1/32 trust"]},
+"postgresql": {"listen": "127.0.0.1:%d", "connect_address": "127.0.0.1:%d", "data_dir": %s, "bin_dir": %s,
+  "pgpass": %s,
+  "authentication": {"superuser": {"username": "postgres", "password": "postgres"},
+    "replication": {"username": "replicator", "password": "replicator"},
+    "rewind": {"username": "postgres", "password": "postgres"}},
+  "parameters": {"unix_socket_directories": %s, "fsync": "off"}},
+"log": {"level": "INFO"}}
+`, q(n.name), n.restPort, n.restPort, p.etcd, p.opts.TTL, !p.opts.Async, p.opts.Strict,
+		n.pgPort, n.pgPort, q(filepath.Join(n.dir, "data")), q(p.bindir), q(filepath.Join(n.dir, "pgpass")), q(n.dir))
+}
+
+func (n *patroniNode) start(p *Patroni) error {
+	return p.spawn("patroni-"+n.name, n.cred, "patroni", n.configPath)
+}
+
+// postmasterPID reads n's postmaster.pid; 0 if there is none.
+func (n *patroniNode) postmasterPID() int {
+	b, err := os.ReadFile(filepath.Join(n.dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	return pid
+}
+
+// stop stops n's Patroni (which stops its PostgreSQL) and then whatever
+// PostgreSQL is left.
+func (n *patroniNode) stop() {
+	n.proc.stop(30 * time.Second)
+	if pid := n.postmasterPID(); pid > 0 && syscall.Kill(pid, syscall.SIGQUIT) == nil {
+		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(50 * time.Millisecond) // the postmaster is no child of ours: poll its end
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func (p *Patroni) node(name string) (*patroniNode, error) {
+	for _, n := range p.nodes {
+		if n.name == name {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("pgtest: no Patroni node %q", name)
+}
+
+// Nodes returns the nodes' names, node0, node1, ….
+func (p *Patroni) Nodes() []string {
+	var out []string
+	for _, n := range p.nodes {
+		out = append(out, n.name)
+	}
+	return out
+}
+
+// DSN returns a connection string naming every node, with
+// target_session_attrs=read-write: a client connects to whichever node is
+// the primary, as pgx and libpq do with a multi-host DSN.
+func (p *Patroni) DSN() string {
+	var hosts []string
+	for _, n := range p.nodes {
+		hosts = append(hosts, "127.0.0.1:"+strconv.Itoa(n.pgPort))
+	}
+	return "postgres://postgres@" + strings.Join(hosts, ",") + "/postgres?sslmode=disable&connect_timeout=5&target_session_attrs=read-write"
+}
+
+// HAProxyDSN returns a connection string through HAProxy, which routes to
+// the node whose Patroni answers GET /primary with 200 and cuts the
+// sessions of a node marked down.
+func (p *Patroni) HAProxyDSN() string {
+	return "postgres://postgres@127.0.0.1:" + strconv.Itoa(p.haport) + "/postgres?sslmode=disable&connect_timeout=5"
+}
+
+// NodeDSN returns a connection string for one node alone.
+func (p *Patroni) NodeDSN(name string) (string, error) {
+	n, err := p.node(name)
+	if err != nil {
+		return "", err
+	}
+	return "postgres://postgres@127.0.0.1:" + strconv.Itoa(n.pgPort) + "/postgres?sslmode=disable&connect_timeout=5", nil
+}
+
+// Primary returns the node whose Patroni REST API answers GET /primary
+// with 200, or "" if none does now.
+func (p *Patroni) Primary(ctx context.Context) string {
+	for _, n := range p.nodes {
+		if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/primary"); code == http.StatusOK {
+			return n.name
+		}
+	}
+	return ""
+}
+
+// WaitPrimary waits until a node other than not (any node if not is "")
+// is the primary and accepts a write through [Patroni.DSN]; it returns
+// that node. On ctx's end the error carries Patroni's view of the cluster
+// (patronictl list) and the logs' tails.
+func (p *Patroni) WaitPrimary(ctx context.Context, not string) (string, error) {
+	return p.waitPrimary(ctx, not, false)
+}
+
+// WaitSynchronous waits, as [Patroni.WaitPrimary] does, for a writable
+// primary and also, in synchronous mode, for a node that Patroni calls its
+// synchronous standby: the cluster is then ready for another failover.
+func (p *Patroni) WaitSynchronous(ctx context.Context) (string, error) {
+	return p.waitPrimary(ctx, "", true)
+}
+
+func (p *Patroni) waitPrimary(ctx context.Context, not string, sync bool) (string, error) {
+	for {
+		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && (!sync || p.hasSync(ctx)) {
+			return name, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("pgtest: Patroni elected no primary (other than %q; synchronous standby wanted: %v): %w\n%s",
+				not, sync && !p.opts.Async, context.Cause(ctx), p.view())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// writable reports whether name accepts a write through the multi-host
+// DSN.
+func (p *Patroni) writable(ctx context.Context, name string) bool {
+	n, _ := p.node(name)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if a, ok := conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr); !ok || a.Port != n.pgPort {
+		return false
+	}
+	var ok bool
+	err = conn.QueryRow(ctx, "select pg_catalog.txid_current() > 0").Scan(&ok)
+	return err == nil && ok
+}
+
+// hasSync reports whether, in synchronous mode, some node's Patroni calls
+// itself a synchronous standby (GET /sync answers 200): only then will
+// Patroni switch over or fail over without losing commits.
+func (p *Patroni) hasSync(ctx context.Context) bool {
+	if p.opts.Async {
+		return true
+	}
+	for _, n := range p.nodes {
+		if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/sync"); code == http.StatusOK {
+			return true
+		}
+	}
+	return false
+}
+
+// view returns patronictl list and the tails of every log, for errors.
+func (p *Patroni) view() string {
+	var b strings.Builder
+	if len(p.nodes) > 0 {
+		out, err := exec.Command("patronictl", "-c", p.nodes[0].configPath, "list").CombinedOutput()
+		fmt.Fprintf(&b, "patronictl list (%v):\n%s\n", err, out)
+	}
+	for _, n := range p.nodes {
+		if n.proc != nil {
+			fmt.Fprintf(&b, "--- %s:\n%s\n", n.proc.name, tail(n.proc.log))
+		}
+	}
+	for _, pr := range p.procs {
+		fmt.Fprintf(&b, "--- %s:\n%s\n", pr.name, tail(pr.log))
+	}
+	return b.String()
+}
+
+// KillPostmaster sends SIGKILL to name's postmaster alone; its Patroni
+// lives on and decides what follows (a restart in place, or a failover).
+func (p *Patroni) KillPostmaster(name string) error {
+	n, err := p.node(name)
+	if err != nil {
+		return err
+	}
+	pid := n.postmasterPID()
+	if pid <= 0 {
+		return fmt.Errorf("pgtest: %s has no postmaster running", name)
+	}
+	return syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// KillNode sends SIGKILL to name's Patroni and its postmaster at once, as a
+// crashed machine would: the leader key expires after TTL and a replica is
+// promoted. The node stays down until [Patroni.StartNode].
+func (p *Patroni) KillNode(name string) error {
+	n, err := p.node(name)
+	if err != nil {
+		return err
+	}
+	pid := n.postmasterPID()
+	if err := syscall.Kill(-n.proc.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-n.proc.done
+	if pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return nil
+}
+
+// StartNode starts name's Patroni again after [Patroni.KillNode]; it
+// rejoins as a replica (pg_rewind if need be).
+func (p *Patroni) StartNode(name string) error {
+	n, err := p.node(name)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-n.proc.done:
+	default:
+		return fmt.Errorf("pgtest: %s is running", name)
+	}
+	return n.start(p)
+}
+
+// Switchover asks Patroni (patronictl switchover) to hand the primary's
+// role from the current primary to candidate ("" lets Patroni choose).
+func (p *Patroni) Switchover(ctx context.Context, candidate string) error {
+	leader := p.Primary(ctx)
+	if leader == "" {
+		return errors.New("pgtest: switchover: no primary now")
+	}
+	args := []string{"-c", p.nodes[0].configPath, "switchover", "--leader", leader, "--force"}
+	if candidate != "" {
+		args = append(args, "--candidate", candidate)
+	}
+	out, err := exec.CommandContext(ctx, "patronictl", args...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Successfully switched over") {
+		return fmt.Errorf("pgtest: patronictl switchover: %v: %s", err, out)
+	}
+	return nil
+}
+
+// startHAProxy starts HAProxy in front of the nodes, checking each
+// node's Patroni REST API every 250 ms.
+func (p *Patroni) startHAProxy() error {
+	var err error
+	if p.haport, err = freePort(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `global
+	maxconn 200
+defaults
+	mode tcp
+	timeout connect 4s
+	timeout client 30m
+	timeout server 30m
+	timeout check 2s
+listen primary
+	bind 127.0.0.1:%d
+	option httpchk GET /primary
+	http-check expect status 200
+	default-server inter 250ms fall 2 rise 1 on-marked-down shutdown-sessions
+`, p.haport)
+	for _, n := range p.nodes {
+		fmt.Fprintf(&b, "\tserver %s 127.0.0.1:%d maxconn 100 check port %d\n", n.name, n.pgPort, n.restPort)
+	}
+	cfg := filepath.Join(p.dir, "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return p.spawn("haproxy", nil, "haproxy", "-db", "-f", cfg)
+}
