@@ -66,6 +66,7 @@ func TestViaTransactionBouncer(t *testing.T) {
 		"Do":                       TestDo,
 		"BatchedReleases":          TestBatchedReleases,
 		"BatchedRetakes":           TestBatchedRetakes,
+		"SharedReadersAndWriter":   TestSharedReadersAndWriter,
 	}
 	for mode := range execModes {
 		t.Run(mode, func(t *testing.T) {
