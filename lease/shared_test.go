@@ -311,7 +311,9 @@ func TestSharedReaderLoss(t *testing.T) {
 	if err != nil {
 		t.Fatalf("writer after the reader's row expired: %v", err)
 	}
+	lossStart := time.Now()
 	waitFor(t, r.Lost(), 30*time.Second, "the expired reader's loss")
+	t.Logf("the expired reader was lost after %v", time.Since(lossStart))
 	if !errors.Is(context.Cause(r.Context()), lease.ErrLost) {
 		t.Fatalf("reader's cause %v, want ErrLost", context.Cause(r.Context()))
 	}
@@ -335,6 +337,7 @@ func TestSharedReaderLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("the writer waited %v for a vanished reader of TTL %v", time.Since(start), ttl)
 	if d := time.Since(start); d > ttl+20*time.Second {
 		t.Errorf("writer waited %v for a vanished reader of TTL %v", d, ttl)
 	}
