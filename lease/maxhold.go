@@ -60,7 +60,6 @@ func (l *Lease) maxHeld(d time.Duration) {
 	if !ended {
 		return // released, lost or being released meanwhile
 	}
-	s.cfg.Logger.Warn("lease: max hold reached", "lease", short(l.name), "owner", l.owner, "token", l.token, "max_hold", d)
 	name, owner, token := l.name, l.owner, l.token
 	s.releaseInBackground(l.Handle(), l.ttl, func(ctx context.Context) error {
 		if ka != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -19,7 +20,9 @@ func TestMaxHold(t *testing.T) {
 	b := setup(t)
 	ctx := ctxT(t)
 	const ttl = time.Minute
-	l := mustTry(t, b.store, "wedged", ttl, lease.WithKeepAlive(), lease.WithMaxHold(time.Second))
+	reasons := make(chan pglocks.Reason, 1)
+	holder := newStore(t, b.pool, lease.Config{Observer: &pglocks.Observer{End: func(e pglocks.EndEvent) { reasons <- e.Reason }}})
+	l := mustTry(t, holder, "wedged", ttl, lease.WithKeepAlive(), lease.WithMaxHold(time.Second))
 	other := newStore(t, b.pool, lease.Config{})
 	got := make(chan *lease.Lease, 1)
 	start := time.Now()
@@ -34,6 +37,9 @@ func TestMaxHold(t *testing.T) {
 	cause := context.Cause(l.Context())
 	if !errors.Is(cause, lease.ErrMaxHold) || !errors.Is(cause, lease.ErrLost) || !strings.Contains(cause.Error(), "max hold") {
 		t.Fatalf("cause %v, want ErrLost and ErrMaxHold", cause)
+	}
+	if r := <-reasons; r != pglocks.ReasonMaxHold || !r.Lost() {
+		t.Errorf("observed end %q, want %q, a loss", r, pglocks.ReasonMaxHold)
 	}
 	if err := l.Renew(ctx); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("Renew after the max hold: %v, want ErrNotHeld", err)

@@ -56,12 +56,14 @@ func (s *Store) drain(ctx context.Context, rw string, l *Lease) (*Lease, error) 
 func (s *Store) waitDraining(ctx context.Context, l *Lease, wake <-chan struct{}, wait time.Duration) error {
 	if due, manual := l.renewDue(); manual {
 		if due <= 0 {
-			if err := l.Renew(ctx); err != nil {
+			// A renewal that may pass later is retried at the next turn;
+			// the trust deadline ends l if none passes in time.
+			if err := l.Renew(ctx); err != nil && (l.Err() != nil || !retryable(err)) {
 				return err
 			}
 			due, _ = l.renewDue()
 		}
-		wait = min(wait, max(due, time.Millisecond))
+		wait = min(wait, max(due, 50*time.Millisecond))
 	}
 	return s.park(ctx, wake, wait)
 }

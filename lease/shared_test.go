@@ -373,3 +373,60 @@ func TestSharedBadInput(t *testing.T) {
 		t.Fatalf("%d rows written by refused calls", n)
 	}
 }
+
+// TestSharedWriterRenewsWhileWaiting: a writer without a keep-alive that
+// waits for a reader longer than its own TTL renews its row meanwhile, so
+// that it still keeps new readers out, and gets a live lease.
+func TestSharedWriterRenewsWhileWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	r := mustShared(t, b.store, "slow", 3*time.Second, lease.WithKeepAlive())
+	const ttl = 400 * time.Millisecond
+	got := make(chan *lease.Lease, 1)
+	go func() {
+		w, err := b.store.AcquireExclusive(ctx, "slow", ttl)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	waitHeld(t, b.store, "slow#w")
+	first, err := b.store.Get(ctx, "slow#w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for { // the writer's row renewed past its first TTL
+		i, err := b.store.Get(ctx, "slow#w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i.Token != first.Token {
+			t.Fatalf("writer's row token %d, then %d: it was lost and taken again", first.Token, i.Token)
+		}
+		if i.Held && i.RenewedAt.Sub(first.AcquiredAt) > 2*ttl {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiting writer's row was not renewed: %+v", i)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
+	}
+	if _, err := b.store.TryAcquireShared(ctx, "slow", time.Minute); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("new reader while the writer waits: %v, want ErrHeld", err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		return
+	}
+	if w.Token() != first.Token || w.Err() != nil {
+		t.Fatalf("writer token %d (row's %d), err %v", w.Token(), first.Token, w.Err())
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
