@@ -34,6 +34,7 @@ func TestMaxHold(t *testing.T) {
 		got <- next
 	}()
 	waitFor(t, l.Lost(), 30*time.Second, "the loss at the max hold")
+	waitFor(t, l.Context().Done(), 30*time.Second, "the end of Context at the max hold")
 	cause := context.Cause(l.Context())
 	if !errors.Is(cause, lease.ErrMaxHold) || !errors.Is(cause, lease.ErrLost) || !strings.Contains(cause.Error(), "max hold") {
 		t.Fatalf("cause %v, want ErrLost and ErrMaxHold", cause)

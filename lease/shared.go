@@ -15,7 +15,7 @@ import (
 // row (as [Store.TryAcquire] does), and a second read of the writer. Many
 // readers hold rw at once; a writer ([Store.TryAcquireExclusive],
 // [Store.AcquireExclusive]) excludes them. The reader's hold is an
-// ordinary [*Lease] on its slot's row, named rw + "#r" + a number: it
+// ordinary [*Lease] on its slot's row, named rw + "#r." + a number: it
 // renews, keeps alive, is lost and released as any lease, and its token
 // means nothing to other readers. Options are those of TryAcquire.
 //

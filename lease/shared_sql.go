@@ -11,13 +11,13 @@ import (
 
 // A shared lease rw lives in rows of the lease table, each an ordinary
 // lease row: the writer's, rw + "#w", and the readers' slots,
-// rw + "#r1", rw + "#r2", …. A slot's row is made only when every lower
+// rw + "#r.1", rw + "#r.2", …. A slot's row is made only when every lower
 // slot's row exists (see gateSQL), so the slots' rows are numbered 1 to
 // n without a gap, and a reader of them stops at the first missing one:
 // a few index lookups, whatever else the table holds.
 const (
 	writerSuffix = "#w"
-	readerSuffix = "#r"
+	readerSuffix = "#r."
 	// sharedNameRoom is what the suffixes may add to a shared lease's name.
 	sharedNameRoom = len(readerSuffix) + 20
 )
@@ -26,7 +26,7 @@ func writerName(rw string) string          { return rw + writerSuffix }
 func readerName(rw string, k int64) string { return rw + readerSuffix + strconv.FormatInt(k, 10) }
 
 // slotsCTE enumerates the slots whose rows exist, from 1 up to the first
-// missing one ($2 is rw + "#r").
+// missing one ($2 is rw + "#r.").
 const slotsCTE = `slots(k) as (
 	select 1 where exists (select from {T} where name = $2::text || '1')
 	union all

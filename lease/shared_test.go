@@ -70,15 +70,15 @@ func TestSharedReadersAndWriter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reader %d: %v", i, err)
 		}
-		if !strings.HasPrefix(r.Name(), "doc#r") {
-			t.Fatalf("reader's row %q, want doc#r…", r.Name())
+		if !strings.HasPrefix(r.Name(), "doc#r.") {
+			t.Fatalf("reader's row %q, want doc#r.…", r.Name())
 		}
 		readers = append(readers, r)
 	}
 	before := rowState(t, b.pool, "doc#")
 	_, err := b.store.TryAcquireExclusive(ctx, "doc", time.Minute)
 	var held *lease.HeldError
-	if !errors.As(err, &held) || !strings.HasPrefix(held.Name, "doc#r") {
+	if !errors.As(err, &held) || !strings.HasPrefix(held.Name, "doc#r.") {
 		t.Fatalf("writer while readers hold: %v, want a HeldError naming a reader slot", err)
 	}
 	if after := rowState(t, b.pool, "doc#"); !sameRows(before, after) {
@@ -125,7 +125,7 @@ func TestSharedReadersAndWriter(t *testing.T) {
 		t.Fatal("the waiting reader did not get in after the writer's release")
 	}
 	// Slots are reused: six readers at most were in at once.
-	if n := len(rowState(t, b.pool, "doc#r")); n > 6 {
+	if n := len(rowState(t, b.pool, "doc#r.")); n > 6 {
 		t.Fatalf("%d reader slots, want at most 6", n)
 	}
 }
@@ -314,6 +314,7 @@ func TestSharedReaderLoss(t *testing.T) {
 	lossStart := time.Now()
 	waitFor(t, r.Lost(), 30*time.Second, "the expired reader's loss")
 	t.Logf("the expired reader was lost after %v", time.Since(lossStart))
+	waitFor(t, r.Context().Done(), 30*time.Second, "the expired reader's Context")
 	if !errors.Is(context.Cause(r.Context()), lease.ErrLost) {
 		t.Fatalf("reader's cause %v, want ErrLost", context.Cause(r.Context()))
 	}
