@@ -118,9 +118,10 @@ func wrapShared(op, rw string, err error) error {
 }
 
 // tryShared is one try of a reader: see TryAcquireShared. A slot another
-// reader took first sends it to look for another, up to 20 times.
+// reader took first sends it to look for another, up to 100 times:
+// readers racing for a name with no free slot take new slots one by one.
 func (s *Store) tryShared(ctx context.Context, rw string, ttl time.Duration, o options) (*Lease, error) {
-	for range 20 {
+	for range 100 {
 		g, err := s.gate(ctx, rw)
 		if err != nil {
 			return nil, err
@@ -142,7 +143,7 @@ func (s *Store) tryShared(ctx context.Context, rw string, ttl time.Duration, o o
 		}
 		return l, nil
 	}
-	return nil, errors.New("lease: other readers took the free slot first 20 times")
+	return nil, errors.New("lease: other readers took the free slot first 100 times")
 }
 
 // tryExclusive is one try of a writer: see TryAcquireExclusive.

@@ -353,6 +353,7 @@ func TestSharedBadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := ctxT(t)
+	var nilCtx context.Context
 	for name, call := range map[string]func() error{
 		"empty name": func() error { _, err := b.store.TryAcquireShared(ctx, "", time.Minute); return err },
 		"too long": func() error {
@@ -360,7 +361,7 @@ func TestSharedBadInput(t *testing.T) {
 			return err
 		},
 		"ttl":     func() error { _, err := b.store.AcquireShared(ctx, "x", 0); return err },
-		"nil ctx": func() error { _, err := b.store.TryAcquireExclusive(nil, "x", time.Minute); return err }, //nolint:staticcheck // a nil ctx on purpose
+		"nil ctx": func() error { _, err := b.store.TryAcquireExclusive(nilCtx, "x", time.Minute); return err },
 		"max hold": func() error {
 			_, err := b.store.TryAcquireShared(ctx, "x", time.Minute, lease.WithMaxHold(0))
 			return err
