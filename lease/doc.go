@@ -374,7 +374,8 @@
 // A try costs three round trips (read, acquire, read); each read walks the
 // slot rows by their primary key, one lookup per slot. Shared leases work
 // behind a transaction-mode pooler, as every lease does
-// (TestViaTransactionBouncer runs TestSharedReadersAndWriter): the one
+// (TestViaTransactionBouncer runs TestSharedReadersAndWriter and
+// TestSharedWriterWokenByRelease, waiters polling there): the one
 // shared lock of this module that outlives a transaction there
 // (advisory's XactRLock lasts one transaction). TestSharedStress checks
 // exclusion under load (PGLOCKS_STRESS=1: 10,000 holds by 12 workers in
