@@ -89,8 +89,8 @@ type drainer struct {
 }
 
 // listen registers the slots of rs not registered yet, waits until their
-// interest is settled (see listener.awaitReady), and reports whether it
-// registered any.
+// interest is settled (see awaitReady), and reports whether it registered
+// any.
 func (d *drainer) listen(ctx context.Context, rs []*HeldError) (bool, error) {
 	if d.lis == nil {
 		lis, err := d.s.listener()
@@ -107,10 +107,26 @@ func (d *drainer) listen(ctx context.Context, rs []*HeldError) (bool, error) {
 			added = append(added, w)
 		}
 	}
-	for _, w := range added {
-		d.lis.awaitReady(ctx, w)
-	}
+	d.awaitReady(ctx, added)
 	return len(added) > 0, nil
+}
+
+// awaitReady is listener.awaitReady for many waiters at once: it waits
+// until each one's interest is settled, for one second at most in all.
+func (d *drainer) awaitReady(ctx context.Context, ws []*waiter) {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for _, w := range ws {
+		select {
+		case <-w.ready:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-d.s.ctx.Done():
+			return
+		}
+	}
 }
 
 func (d *drainer) close() {
