@@ -80,6 +80,9 @@ const (
 	// ReasonUnknown: an operation's outcome is unknown (a reply was lost),
 	// so the hold can no longer be trusted.
 	ReasonUnknown Reason = "unknown_outcome"
+	// ReasonMaxHold: the lease was held for its maximum hold
+	// (lease.WithMaxHold) and ended, its row released.
+	ReasonMaxHold Reason = "max_hold"
 )
 
 // Lost reports whether r is a loss: anything but released or closed.

@@ -39,23 +39,32 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 
 // acquire is Acquire after its input checks.
 func (s *Store) acquire(ctx context.Context, name string, ttl time.Duration, o options) (*Lease, error) {
+	return s.acquireBy(ctx, name, func(ctx context.Context) (*Lease, error) { return s.try(ctx, name, ttl, o) })
+}
+
+// acquireBy is the wait of Acquire around try, which is [Store.try] or a
+// try built on it (a shared lease's): the calls of one name (queue key)
+// queue in the store, and a try that fails with a [*HeldError] waits for
+// the release of the held name the error reports, or for its expiry.
+func (s *Store) acquireBy(ctx context.Context, name string, try func(context.Context) (*Lease, error)) (*Lease, error) {
 	t := s.queue(name)
 	defer s.leave(name, t)
 	if err := s.awaitTurn(ctx, t); err != nil {
 		return nil, wrapAcquire(name, err)
 	}
 	var (
-		lis *listener
-		w   *waiter
-		bo  backoff.Backoff
+		lis   *listener
+		w     *waiter
+		wname string // the name w waits for
+		bo    backoff.Backoff
 	)
 	defer func() {
 		if w != nil {
-			lis.unregister(name, w)
+			lis.unregister(wname, w)
 		}
 	}()
 	for {
-		l, err := s.try(ctx, name, ttl, o)
+		l, err := try(ctx)
 		var held *HeldError
 		var wait time.Duration
 		if errors.As(err, &held) {
@@ -70,7 +79,8 @@ func (s *Store) acquire(ctx context.Context, name string, ttl time.Duration, o o
 			if lis, err = s.listener(); err != nil {
 				return nil, wrapAcquire(name, err)
 			}
-			w = lis.register(name)
+			wname = held.Name
+			w = lis.register(wname)
 			lis.awaitReady(ctx, w)
 			if perr := s.stopped(ctx); perr != nil {
 				return nil, wrapAcquire(name, perr) // do not try after Close woke us

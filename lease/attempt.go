@@ -87,7 +87,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 				return nil, err
 			}
 			start := trustStart(sh.b.sent, r.lag, s.cfg.Now())
-			return s.newLease(ctx, name, o.owner, r.token, ttl, r.expiresAt, start, o.keepAlive, true)
+			return s.newLease(ctx, name, o.owner, r.token, ttl, r.expiresAt, start, o, true)
 		case r.held:
 			s.seen.observe(name, r.token)
 			return nil, &HeldError{Name: name, Owner: r.owner, Token: r.token, ExpiresIn: r.expiresIn}

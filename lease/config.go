@@ -232,10 +232,12 @@ func (c Config) renewInterval(ttl time.Duration) time.Duration {
 
 // options are the per-call options of TryAcquire, Acquire, Resume and Do.
 type options struct {
-	owner     uuid.UUID
-	hasOwner  bool
-	metadata  json.RawMessage
-	keepAlive bool
+	owner      uuid.UUID
+	hasOwner   bool
+	metadata   json.RawMessage
+	keepAlive  bool
+	maxHold    time.Duration // WithMaxHold; 0 without
+	hasMaxHold bool
 }
 
 // Option configures one TryAcquire, Acquire, Resume or Do call. A nil

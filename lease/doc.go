@@ -105,6 +105,13 @@
 //     token): with an
 //     unknown outcome it broke that acquisition or nothing, never a later
 //     one (TestBreakAcquisition).
+//   - Shared leases (see Shared leases) add reads, which change nothing
+//     whatever their outcome, to these statements. A try that took its
+//     row and then cannot read the other side gives the row back by
+//     Release, under Release's rule; a reader never keeps a slot it could
+//     not check.
+//   - A lease ended at its maximum hold ([WithMaxHold]) has its row
+//     released in the background, as after an unknown Release.
 //
 // # Durability
 //
@@ -360,6 +367,71 @@
 // TTL − SafetyMargin (0.9 × TTL) always costs the lease it guards. Leave
 // the pool a connection for renewals, too: when the application holds
 // every connection for longer than that window, the lease is lost.
+//
+// # Shared leases
+//
+// [Store.TryAcquireShared] and [Store.AcquireShared] take a reader's hold
+// of a name rw, many at once; [Store.TryAcquireExclusive] and
+// [Store.AcquireExclusive] a writer's, which excludes readers and other
+// writers. Each hold is an ordinary [*Lease] on a row of its own: the
+// writer's is rw + "#w", a reader's one of rw's slots rw + "#r.1",
+// rw + "#r.2", …, reused: a reader takes a free slot, and a slot's row is
+// made only when every lower slot's row exists, so a name has as many
+// slot rows as it ever had readers in at once. Renewal, keep-alive, loss
+// (Lost, Context: TestSharedReaderLoss), Release, Guard, the rules of
+// Unknown outcomes and [WithMaxHold] are the lease's own. A reader's token
+// fences nothing against other readers; the writer's fences as any
+// lease's (TestSharedWriterFencing). Do not take these rows as plain
+// leases, and do not delete them.
+//
+// Exclusion comes from the order of commits, with no lock held across
+// statements: a reader takes its slot, then reads the writer's row; a
+// writer takes its row, then reads the slots. Each read is sent after the
+// write before it committed, so of a reader and a writer that race at
+// least one sees the other: a reader that sees a writer gives its slot
+// back, a writer that sees readers waits for them (AcquireExclusive) or
+// gives its row back (TryAcquireExclusive). Each try reads before it
+// writes, so a try that finds the other side in writes nothing
+// (TestSharedReadersAndWriter); only a try that races one writes, then
+// gives back what it took (the writer's row's token is then one higher).
+// Both judge the other's rows by the server's clock, as leases do: a row
+// expired by that clock is one its holder no longer trusts.
+//
+// Writers are not starved. A writer's row, once taken, is its intent: no
+// reader gets in while it is held, and AcquireExclusive waits only for the
+// readers already in — woken by each one's release through NOTIFY, or at
+// its slot's expiry when its holder vanished — renewing its row meanwhile
+// when it has no keep-alive (TestSharedWriterRenewsWhileWaiting). So a
+// writer waits at most as long as the longest hold among the readers in
+// when it took its row (TestSharedWriterNotStarved: about 0.5 s under a
+// stream of readers holding 0.3–0.6 s each, some reader always in); cap
+// readers' holds with WithMaxHold to bound it. A reader waits for a
+// writer's release as Acquire waits; a writer for another writer too.
+//
+// A try costs three round trips (read, acquire, read); each read walks the
+// slot rows by their primary key, one lookup per slot. Shared leases work
+// behind a transaction-mode pooler, as every lease does
+// (TestViaTransactionBouncer runs TestSharedReadersAndWriter and
+// TestSharedWriterWokenByRelease, waiters polling there): the one
+// shared lock of this module that outlives a transaction there
+// (advisory's XactRLock lasts one transaction). TestSharedStress checks
+// exclusion under load (PGLOCKS_STRESS=1: 10,000 holds by 12 workers in
+// three stores).
+//
+// # Long holds
+//
+// [WithMaxHold] caps one Lease's hold: d after the Lease was made, its
+// keep-alive stops, Lost closes and Context is cancelled with a cause
+// wrapping [ErrLost] and [ErrMaxHold], and its row is released in the
+// background (retried until the server answers, for at most min(TTL,
+// 30 s)), so the next acquirer gets the name at once rather than at the
+// row's expiry (TestMaxHold). The release is safe: the holder has stopped
+// trusting the lease before it is sent. A wedged holder — its work stuck,
+// its keep-alive renewing — so keeps a name for d at most; work that does
+// not watch its Context may go on after that, so fence what it writes
+// ([Lease.Guard], [Lease.Token]). [Store.Do] with WithMaxHold cancels fn's
+// context and returns an error wrapping ErrMaxHold (TestMaxHoldDo); an
+// Observer sees the end as pglocks.ReasonMaxHold.
 //
 // # What this does not guarantee
 //

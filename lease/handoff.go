@@ -124,6 +124,9 @@ func (s *Store) resume(ctx context.Context, h Handle, opts []Option) (*Lease, er
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
+	if err := o.checkMaxHold(); err != nil {
+		return nil, err
+	}
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -165,7 +168,7 @@ func (s *Store) resume(ctx context.Context, h Handle, opts []Option) (*Lease, er
 		}
 	}
 	start := trustStart(sent, time.Duration(lag)*time.Microsecond, s.cfg.Now())
-	return s.newLease(ctx, h.Name, h.Owner, h.Token, ttl, exp, start, o.keepAlive, false)
+	return s.newLease(ctx, h.Name, h.Owner, h.Token, ttl, exp, start, o, false)
 }
 
 // resumeLive is Resume of an acquisition this store holds as the live

@@ -40,6 +40,7 @@ type Lease struct {
 	expiresAt  time.Time // server clock
 	trustUntil time.Time // local clock, monotonic
 	trust      *time.Timer
+	hold       *time.Timer // ends the lease at its maximum hold (WithMaxHold); nil without
 
 	ka *keepAlive // nil without keep-alive
 }
@@ -49,7 +50,7 @@ type Lease struct {
 // acquisition (fresh) is released again before ErrClosed is returned, so
 // that no row is left held by a caller who got an error; a resumed one is
 // left as it was.
-func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, token int64, ttl time.Duration, expiresAt, start time.Time, keepAlive, fresh bool) (*Lease, error) {
+func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, token int64, ttl time.Duration, expiresAt, start time.Time, o options, fresh bool) (*Lease, error) {
 	l := &Lease{store: s, name: name, owner: owner, token: token, ttl: ttl, lost: make(chan struct{}), expiresAt: expiresAt}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.trustUntil = start.Add(ttl - s.cfg.margin(ttl))
@@ -71,8 +72,11 @@ func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, toke
 	}
 	l.trust = time.AfterFunc(l.trustUntil.Sub(s.cfg.Now()), l.checkTrust)
 	l.at = s.observeStart(name, token)
-	if keepAlive {
+	if o.keepAlive {
 		l.startKeepAlive()
+	}
+	if o.maxHold > 0 {
+		l.limitHold(o.maxHold)
 	}
 	s.hear() // so that a Break or a takeover ends l at once
 	return l, nil
@@ -197,6 +201,9 @@ func (l *Lease) end(err error, isLoss bool) bool {
 	l.ended, l.err = true, err
 	l.observeEnd(err, isLoss)
 	l.trust.Stop()
+	if l.hold != nil {
+		l.hold.Stop()
+	}
 	if isLoss {
 		close(l.lost)
 	}

@@ -77,7 +77,11 @@ func (s *Store) listener() (*listener, error) {
 // register adds a waiter for name; wait for w.ready (see awaitReady)
 // before trying, so that a release from then on notifies.
 func (lis *listener) register(name string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1), ready: make(chan struct{})}
+	return lis.add(name, &waiter{wake: make(chan struct{}, 1), ready: make(chan struct{})})
+}
+
+// add registers w as a waiter for name and returns it (see register).
+func (lis *listener) add(name string, w *waiter) *waiter {
 	lis.mu.Lock()
 	defer lis.mu.Unlock()
 	set := lis.waiters[name]

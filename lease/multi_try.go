@@ -101,7 +101,7 @@ func (s *Store) grantAll(ctx context.Context, ts []taken, seen map[string]int64,
 			break
 		}
 		start := trustStart(sent, t.lag, s.cfg.Now())
-		l, err := s.newLease(ctx, t.name, o.owner, t.token, ttl, t.expiresAt, start, o.keepAlive, true)
+		l, err := s.newLease(ctx, t.name, o.owner, t.token, ttl, t.expiresAt, start, o, true)
 		if err != nil {
 			refused, ok[i] = err, false // newLease released it
 			break

@@ -61,6 +61,8 @@ func (l *Lease) observeEnd(err error, isLoss bool) {
 		reason = pglocks.ReasonClosed
 	case errors.Is(err, errUnknown):
 		reason = pglocks.ReasonUnknown
+	case errors.Is(err, ErrMaxHold):
+		reason = pglocks.ReasonMaxHold
 	case errors.Is(err, ErrNotHeld):
 		reason = pglocks.ReasonNotHeld
 	default:

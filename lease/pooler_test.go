@@ -66,6 +66,10 @@ func TestViaTransactionBouncer(t *testing.T) {
 		"Do":                       TestDo,
 		"BatchedReleases":          TestBatchedReleases,
 		"BatchedRetakes":           TestBatchedRetakes,
+
+		// Shared leases: readers and writers, waiters polling.
+		"SharedReadersAndWriter":     TestSharedReadersAndWriter,
+		"SharedWriterWokenByRelease": TestSharedWriterWokenByRelease,
 	}
 	for mode := range execModes {
 		t.Run(mode, func(t *testing.T) {

@@ -42,6 +42,7 @@ type queries struct {
 	assertSQL, guardSQL, resumeSQL       string
 	getSQL, listSQL, isHeldSQL, breakSQL string
 	breakAcqSQL                          string
+	shared                               sharedQueries // shared leases' reads (shared_sql.go)
 }
 
 // micros converts an interval expression to whole microseconds.
@@ -170,6 +171,7 @@ where name = $1 and exists (select from durable){COND}
 returning token, pg_notify($2, ` + lostPayload + `), ` + notify("$2", "$3::bigint")
 	q.breakSQL = r.Replace(strings.Replace(brk, "{COND}", "", 1))
 	q.breakAcqSQL = r.Replace(strings.Replace(brk, "{COND}", " and owner = $4 and token = $5", 1))
+	q.shared = newSharedQueries(r)
 	return q
 }
 

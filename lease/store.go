@@ -261,6 +261,9 @@ func (s *Store) check(ctx context.Context, name string, ttl time.Duration, opts 
 	if err := s.checkTTL(ttl, o.keepAlive); err != nil {
 		return o, err
 	}
+	if err := o.checkMaxHold(); err != nil {
+		return o, err
+	}
 	if o.metadata != nil {
 		if err := checkJSON(o.metadata); err != nil {
 			return o, outcome.MarkFatal(fmt.Errorf("lease: WithMetadata: %w (PostgreSQL's jsonb refuses it)", err))

@@ -133,6 +133,7 @@ var funcs = map[string]any{
 	"lease.SchemaSQL":               lease.SchemaSQL,
 	"lease.ParseHandle":             lease.ParseHandle,
 	"lease.WithKeepAlive":           lease.WithKeepAlive,
+	"lease.WithMaxHold":             lease.WithMaxHold,
 	"lease.WithMetadata":            lease.WithMetadata,
 	"lease.WithOwner":               lease.WithOwner,
 	"leader.New":                    leader.New,
