@@ -108,9 +108,18 @@ type Config struct {
 	// (100ms).
 	TTL time.Duration
 
-	// RenewInterval is how often the leader renews its lease. It must be
-	// below TTL/2, so that a failed renewal leaves time for another.
-	// Default: TTL/3. Minimum: 10ms.
+	// RenewInterval is how often the leader's lease is renewed. The
+	// Store's batched keep-alive renews it, together with every other
+	// kept-alive lease of the Store (other elections' terms, candidate
+	// rows), in one statement per round: the Store's cadence for TTL —
+	// TTL × its lease.Config.RenewFraction — is what counts. A Store the
+	// elector makes itself (Store nil) is given the RenewFraction that
+	// makes that cadence RenewInterval. With a Store given, the Store's
+	// cadence wins: [Elector.Config] reports it as RenewInterval, and an
+	// explicit RenewInterval that differs is logged at Warn and not used.
+	// It must be below TTL/2, so that a failed renewal leaves time for
+	// another, and below TTL − the Store's SafetyMargin. Default: TTL/3
+	// (with a given Store: its cadence). Minimum: 10ms.
 	RenewInterval time.Duration
 
 	// RetryInterval is how often a candidate that is not the leader checks

@@ -188,3 +188,125 @@ func procStat(pid int) ([]string, error) {
 	}
 	return f, nil
 }
+
+// TestBatchedTermLostAlone: a term renewed in its Store's batch is still
+// lost on its own when its row did not renew. Of n elections sharing a
+// Store, one's lease row is deleted by hand (no NOTIFY announces it): the
+// batch does not renew it, the keep-alive finds it gone, and that leader
+// alone is demoted with ErrLost wrapping lease.ErrNotHeld (the server's
+// answer, not a passed trust deadline), while every other leader keeps
+// its term through the next round.
+func TestBatchedTermLostAlone(t *testing.T) {
+	t.Parallel()
+	const n, victim = 20, 7
+	db := setup(t)
+	pool := db.NewPool(t)
+	locker, err := advisory.New(pool, advisory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := lease.New(pool, lease.Config{CheckInterval: time.Hour}) // only renewals notice
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	type demotion struct {
+		i      int
+		term   int64
+		reason error
+	}
+	elected, demoted := make(chan int, 2*n), make(chan demotion, 2*n)
+	runs := make(chan error, n)
+	for i := range n {
+		e, err := leader.New(leader.Config{Name: fmt.Sprintf("alone-%d", i), Pool: pool, Locker: locker, Store: store,
+			TTL: 6 * time.Second, RetryInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.Config().RenewInterval; got < 2*time.Second-time.Millisecond || got > 2*time.Second {
+			t.Errorf("RenewInterval = %v, want the Store's cadence, TTL/3 = 2s", got)
+		}
+		go func() {
+			runs <- e.Run(ctx, func(ctx context.Context, term leader.Term) error {
+				elected <- i
+				<-ctx.Done()
+				demoted <- demotion{i, term.Number, context.Cause(ctx)}
+				return nil
+			})
+		}()
+	}
+	for range n {
+		select {
+		case <-elected:
+		case <-time.After(time.Minute):
+			t.Fatal("not every election elected a leader")
+		}
+	}
+	mctx := ctxT(t, time.Minute)
+	deleted := time.Now()
+	if _, err := db.Conn(t).Exec(mctx, "delete from pglocks_leases where name = $1", fmt.Sprintf("pglocks.leader:alone-%d", victim)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-demoted:
+		if d.i != victim || !errors.Is(d.reason, leader.ErrLost) || !errors.Is(d.reason, lease.ErrNotHeld) {
+			t.Fatalf("election %d demoted (%v); want only %d, with ErrLost and lease.ErrNotHeld", d.i, d.reason, victim)
+		}
+		t.Logf("the term whose row was deleted was lost %v later: %v", time.Since(deleted).Round(time.Millisecond), d.reason)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the term whose row was deleted was not lost")
+	}
+	// Another round of the batch renews every other term, which stays.
+	terms := func() map[string]lease.Info {
+		infos, err := store.List(mctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := make(map[string]lease.Info)
+		for _, i := range infos {
+			if strings.HasPrefix(i.Name, "pglocks.leader:alone-") && !strings.Contains(i.Name, "#") && i.Held {
+				m[i.Name] = i
+			}
+		}
+		return m
+	}
+	before := terms()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for {
+		renewed := 0
+		for name, i := range terms() {
+			if i.ExpiresAt.After(before[name].ExpiresAt) {
+				renewed++
+			}
+		}
+		if renewed >= n-1 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("only %d of the %d other terms renewed after the loss", renewed, n-1)
+		}
+	}
+	select {
+	case d := <-demoted:
+		t.Fatalf("election %d demoted too (%v)", d.i, d.reason)
+	default:
+	}
+	cancel()
+	for range n {
+		if err := <-runs; err != nil {
+			t.Error(err)
+		}
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+	defer ccancel()
+	if err := store.Close(cctx); err != nil {
+		t.Error(err)
+	}
+	if err := locker.Close(cctx); err != nil {
+		t.Error(err)
+	}
+}
