@@ -129,7 +129,14 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 	timer := time.NewTimer(time.Until(t.term.TrustedUntil()))
 	defer timer.Stop()
 	if e.candidacy() == nil {
-		_ = e.ensureCandidate(ctx) // elected before its row was taken
+		// Elected before its row was taken. Bounded by the term: a row
+		// that cannot be taken (the database cut off) must not hold up
+		// the step-down below.
+		cctx, cancel := context.WithDeadline(ctx, t.term.TrustedUntil())
+		stop := context.AfterFunc(t.term.Context(), cancel)
+		_ = e.ensureCandidate(cctx)
+		stop()
+		cancel()
 	}
 	requests := e.candidateLost()
 	for {
