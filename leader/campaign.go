@@ -146,9 +146,9 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 // still held is waited for (see outwait) and, once the holder's horizon has
 // passed, broken — if it is still that holder's — and tried again.
 func (e *Elector) takeLease(ctx context.Context, lk *advisory.Lock, lockedAt time.Time) (*lease.Lease, error) {
-	opt := lease.WithMetadata(e.metadata(lk))
+	opts := e.termOptions(lk)
 	for {
-		ls, err := e.cfg.Store.TryAcquire(ctx, e.leaseName, e.cfg.TTL, opt)
+		ls, err := e.cfg.Store.TryAcquire(ctx, e.leaseName, e.cfg.TTL, opts...)
 		if err == nil || !errors.Is(err, lease.ErrHeld) {
 			return e.keep(ls, lk, err)
 		}
@@ -156,7 +156,7 @@ func (e *Elector) takeLease(ctx context.Context, lk *advisory.Lock, lockedAt tim
 		if err != nil {
 			return nil, err
 		}
-		if ls, err = e.outwait(ctx, lk, lockedAt, leaderFromInfo(e.cfg.Name, info), opt); ls != nil || err != nil {
+		if ls, err = e.outwait(ctx, lk, lockedAt, leaderFromInfo(e.cfg.Name, info), opts); ls != nil || err != nil {
 			return ls, err
 		}
 	}
@@ -172,7 +172,7 @@ func (e *Elector) takeLease(ctx context.Context, lk *advisory.Lock, lockedAt tim
 // token), and returns nil, nil to try again. A holder that recorded no
 // horizon — a lease-only leader, whose lease is all it has, or an older
 // version — is waited for until its lease expires or is released.
-func (e *Elector) outwait(ctx context.Context, lk *advisory.Lock, lockedAt time.Time, holder Leader, opt lease.Option) (*lease.Lease, error) {
+func (e *Elector) outwait(ctx context.Context, lk *advisory.Lock, lockedAt time.Time, holder Leader, opts []lease.Option) (*lease.Lease, error) {
 	wctx, cancel := context.WithCancel(lk.Context())
 	defer cancel()
 	grace, known := holder.meta.horizon()
@@ -182,7 +182,7 @@ func (e *Elector) outwait(ctx context.Context, lk *advisory.Lock, lockedAt time.
 	}
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	ls, err := e.cfg.Store.Acquire(wctx, e.leaseName, e.cfg.TTL, opt)
+	ls, err := e.cfg.Store.Acquire(wctx, e.leaseName, e.cfg.TTL, opts...)
 	switch {
 	case err == nil:
 		return e.keep(ls, lk, nil)
@@ -202,6 +202,13 @@ func (e *Elector) outwait(ctx context.Context, lk *advisory.Lock, lockedAt time.
 			"term", holder.Term, "waited", time.Since(lockedAt).Round(time.Millisecond))
 	}
 	return nil, nil
+}
+
+// termOptions are the options of a term's lease: the metadata of
+// metadata(lk), and the Store's keep-alive, which renews the term with
+// every other kept-alive lease of the Store (see Elector.renew).
+func (e *Elector) termOptions(lk *advisory.Lock) []lease.Option {
+	return []lease.Option{lease.WithMetadata(e.metadata(lk)), lease.WithKeepAlive()}
 }
 
 // metadata is what a leader records in the lease row: with lk, its

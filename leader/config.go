@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -107,9 +108,18 @@ type Config struct {
 	// (100ms).
 	TTL time.Duration
 
-	// RenewInterval is how often the leader renews its lease. It must be
-	// below TTL/2, so that a failed renewal leaves time for another.
-	// Default: TTL/3. Minimum: 10ms.
+	// RenewInterval is how often the leader's lease is renewed. The
+	// Store's batched keep-alive renews it, together with every other
+	// kept-alive lease of the Store (other elections' terms, candidate
+	// rows), in one statement per round: the Store's cadence for TTL —
+	// TTL × its lease.Config.RenewFraction — is what counts. A Store the
+	// elector makes itself (Store nil) is given the RenewFraction that
+	// makes that cadence RenewInterval. With a Store given, the Store's
+	// cadence wins: [Elector.Config] reports it as RenewInterval, and an
+	// explicit RenewInterval that differs is logged at Warn and not used.
+	// It must be below TTL/2, so that a failed renewal leaves time for
+	// another, and below TTL − the Store's SafetyMargin. Default: TTL/3
+	// (with a given Store: its cadence). Minimum: 10ms.
 	RenewInterval time.Duration
 
 	// RetryInterval is how often a candidate that is not the leader checks
@@ -249,8 +259,49 @@ func (c *Config) validate(ping time.Duration) error {
 	return nil
 }
 
+// useStore sets c.Store — a Store of the elector's own when c has none,
+// whose keep-alive renews leases of c.TTL every c.RenewInterval — and
+// checks c against it. With a Store given, its keep-alive's cadence for
+// c.TTL (TTL × its RenewFraction) wins and becomes c.RenewInterval; an
+// explicit RenewInterval (explicit) that differs is logged at Warn.
+func (e *Elector) useStore(c *Config, explicit bool) error {
+	if c.Store == nil {
+		s, err := lease.New(c.Pool, lease.Config{Logger: c.Logger, Observer: c.Observer,
+			RenewFraction: renewFraction(c.TTL, c.RenewInterval)})
+		if err != nil {
+			return fmt.Errorf("leader: %w", err)
+		}
+		c.Store, e.ownStore = s, true
+	} else if every := cadence(c.TTL, c.Store.Config().RenewFraction); every != c.RenewInterval {
+		if explicit && (every-c.RenewInterval > c.RenewInterval/1000 || c.RenewInterval-every > c.RenewInterval/1000) {
+			c.Logger.Warn("leader: Config.RenewInterval is not used: the term's lease is renewed by the given Store's keep-alive, every TTL × its RenewFraction",
+				"election", c.Name, "renew_interval", c.RenewInterval, "store_renews_every", every)
+		}
+		c.RenewInterval = every
+	}
+	return c.validateStore(c.Store.Config())
+}
+
+// renewFraction returns the lease RenewFraction with which a Store's
+// keep-alive renews a lease of ttl every `every`: the smallest one whose
+// cadence (see cadence) is not below every.
+func renewFraction(ttl, every time.Duration) float64 {
+	f := float64(every) / float64(ttl)
+	for cadence(ttl, f) < every {
+		f = math.Nextafter(f, 1)
+	}
+	return f
+}
+
+// cadence is how often a Store with RenewFraction f renews a kept-alive
+// lease of ttl, computed as package lease does.
+func cadence(ttl time.Duration, f float64) time.Duration {
+	return time.Duration(float64(ttl) * f)
+}
+
 // validateStore checks the TTL against the Store the lease lives in: within
-// its MaxTTL, and leaving room for a renewal before the trust deadline.
+// its MaxTTL, and leaving room for a renewal — c.RenewInterval, the Store's
+// keep-alive cadence — before the trust deadline.
 func (c *Config) validateStore(sc lease.Config) error {
 	margin := sc.SafetyMargin
 	if margin == 0 {
@@ -261,6 +312,9 @@ func (c *Config) validateStore(sc lease.Config) error {
 		return fmt.Errorf("%w: TTL %v exceeds the Store's MaxTTL %v", ErrInvalidConfig, c.TTL, sc.MaxTTL)
 	case c.TTL <= margin:
 		return fmt.Errorf("%w: TTL %v must exceed the Store's SafetyMargin %v", ErrInvalidConfig, c.TTL, margin)
+	case c.RenewInterval < MinRenewInterval:
+		return fmt.Errorf("%w: the Store's keep-alive would renew every %v (TTL %v × its RenewFraction %v), below the minimum of %v",
+			ErrInvalidConfig, c.RenewInterval, c.TTL, sc.RenewFraction, MinRenewInterval)
 	case c.RenewInterval >= c.TTL-margin:
 		return fmt.Errorf("%w: RenewInterval %v must be below TTL − the Store's SafetyMargin (%v)", ErrInvalidConfig, c.RenewInterval, c.TTL-margin)
 	}

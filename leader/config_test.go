@@ -2,6 +2,7 @@ package leader_test
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,53 @@ func TestTTLMinimumIsTheLeases(t *testing.T) {
 	_, err := leader.New(leader.Config{Name: "x", Pool: pool, Mode: leader.ModeLeaseOnly, TTL: lease.MinTTL - time.Microsecond})
 	if !errors.Is(err, leader.ErrInvalidConfig) || !strings.Contains(err.Error(), "below the minimum of "+lease.MinTTL.String()) {
 		t.Errorf("New with TTL below lease.MinTTL: %v", err)
+	}
+}
+
+// TestRenewCadence: a term is renewed at its Store's keep-alive cadence. A
+// Store the elector makes itself renews a lease of TTL every
+// RenewInterval; a given Store's cadence (TTL × its RenewFraction) wins,
+// Config reports it as RenewInterval and an explicit RenewInterval that
+// differs is logged at Warn; a given Store whose cadence is below the
+// minimum is refused, naming it.
+func TestRenewCadence(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t).NewPool(t)
+	own, err := leader.New(leader.Config{Name: "cadence", Pool: pool, Mode: leader.ModeLeaseOnly,
+		TTL: 2 * time.Second, RenewInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close(t.Context())
+	if got := time.Duration(float64(2*time.Second) * own.Config().Store.Config().RenewFraction); got < 100*time.Millisecond || got > 100*time.Millisecond+time.Microsecond {
+		t.Errorf("own Store renews a 2s lease every %v, want RenewInterval 100ms", got)
+	}
+	store, err := lease.New(pool, lease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(t.Context())
+	var logged strings.Builder
+	given, err := leader.New(leader.Config{Name: "cadence", Pool: pool, Store: store, Mode: leader.ModeLeaseOnly,
+		TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer given.Close(t.Context())
+	if got := given.Config().RenewInterval; got < time.Second-time.Microsecond || got > time.Second {
+		t.Errorf("RenewInterval with a given Store = %v, want its cadence TTL/3 = 1s", got)
+	}
+	if !strings.Contains(logged.String(), "RenewInterval is not used") {
+		t.Errorf("no warning that the explicit RenewInterval is not used; logged: %s", logged.String())
+	}
+	fast, err := lease.New(pool, lease.Config{RenewFraction: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close(t.Context())
+	_, err = leader.New(leader.Config{Name: "cadence", Pool: pool, Store: fast, Mode: leader.ModeLeaseOnly, TTL: 500 * time.Millisecond})
+	if !errors.Is(err, leader.ErrInvalidConfig) || !strings.Contains(err.Error(), "keep-alive would renew every 5ms") {
+		t.Errorf("New with a Store renewing every 5ms: %v, want ErrInvalidConfig naming the cadence", err)
 	}
 }

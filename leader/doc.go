@@ -7,7 +7,8 @@
 // leader's connection closes, so the next candidate is elected at once
 // instead of a lease later. A lease (package lease) carries the term — its
 // fencing token, which only grows — the leader's identity and expiry, is
-// renewed by the leader and read by everyone, and keeps the election safe
+// renewed by the Store's batched keep-alive while the leader holds it and
+// read by everyone, and keeps the election safe
 // when a leader is only cut off. Behind a pooler in transaction mode, where
 // session locks cannot work, the election runs on the lease alone
 // (Config.Mode; see "Lease-only campaign" below).
@@ -151,8 +152,9 @@
 //
 // A statement whose reply never came may have run. For an election that is
 // harmless in every case, because a leader's trust never rests on a reply
-// it did not get: a renewal with an unknown outcome extends nothing locally
-// (the trust deadline moves only on a renewal answered); a step-down's
+// it did not get: a renewal with an unknown outcome — the keep-alive's batch
+// or a renewal of one lease — extends nothing locally (the trust deadline
+// moves only on a renewal answered); a step-down's
 // release or unlock with an unknown outcome comes after the work was
 // cancelled, and at worst the lease expires at TTL or the lock goes with its
 // session; an acquisition with an unknown outcome is settled by the lease
@@ -261,11 +263,34 @@
 // [MaxValueLen] bytes; [Term.Proclaim] changes it during the term in one
 // statement scoped to the term, and [Elector.Observe] delivers the change.
 //
+// # Renewals
+//
+// A term's lease is kept alive by its Store ([lease.WithKeepAlive]): the
+// Store renews all its kept-alive leases — every election's term and
+// candidate row — in one statement (one commit) per round, and each lease
+// on its own when the batch did not renew its row, which finds it gone
+// (lost at once) or waits out a Guard. The elector sends no renewal of its
+// own: it watches the lease, whose loss — its row gone, broken or taken
+// over, or its trust deadline passed without a confirmed renewal — ends the
+// term as described under Stepping down. A lease whose last confirmed
+// renewal is more than two renewal intervals old is reported in
+// State.LastError and, once per run, at Warn; the Store logs the failed
+// renewals themselves. The cadence is the Store's: TTL × its RenewFraction,
+// which is Config.RenewInterval for a Store the elector makes itself and
+// overrides it for a Store given in Config.Store (see Config.RenewInterval).
+// Elections that share a Store and a TTL fall into step, so a thousand of
+// them cost about one renewal statement per renewal interval
+// (TestManyElectionsRenewBatched: 1,000 elections at rest, TTL 3 s, 1.05
+// renewal statements/s, against 995/s when each leader renewed its own;
+// TestBatchedTermLostAlone: a term whose row was deleted by hand is lost
+// alone, with lease.ErrNotHeld, and the others renew on).
+//
 // # Many elections
 //
 // Elections share one advisory Locker (a few sessions hold every election's
 // lock) and one lease Store: a thousand elections in one process do not need
-// a thousand connections.
+// a thousand connections, and their terms are renewed together (see
+// Renewals).
 //
 // # What is guaranteed, and what is not
 //

@@ -108,20 +108,13 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.Locker != nil {
 		ping = cfg.Locker.Config().PingInterval
 	}
+	explicit := cfg.RenewInterval != 0
 	cfg.setDefaults(ping)
 	if err := cfg.validate(ping); err != nil {
 		e.closeOwned(context.Background(), cfg)
 		return nil, err
 	}
-	if cfg.Store == nil {
-		s, err := lease.New(cfg.Pool, lease.Config{Logger: cfg.Logger, Observer: cfg.Observer})
-		if err != nil {
-			e.closeOwned(context.Background(), cfg)
-			return nil, fmt.Errorf("leader: %w", err)
-		}
-		cfg.Store, e.ownStore = s, true
-	}
-	if err := cfg.validateStore(cfg.Store.Config()); err != nil {
+	if err := e.useStore(&cfg, explicit); err != nil {
 		e.closeOwned(context.Background(), cfg)
 		return nil, err
 	}

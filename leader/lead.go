@@ -129,7 +129,14 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 	timer := time.NewTimer(time.Until(t.term.TrustedUntil()))
 	defer timer.Stop()
 	if e.candidacy() == nil {
-		_ = e.ensureCandidate(ctx) // elected before its row was taken
+		// Elected before its row was taken. Bounded by the term: a row
+		// that cannot be taken (the database cut off) must not hold up
+		// the step-down below.
+		cctx, cancel := context.WithDeadline(ctx, t.term.TrustedUntil())
+		stop := context.AfterFunc(t.term.Context(), cancel)
+		_ = e.ensureCandidate(cctx)
+		stop()
+		cancel()
 	}
 	requests := e.candidateLost()
 	for {
@@ -162,29 +169,34 @@ func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (
 	}
 }
 
-// renew renews the lease every RenewInterval, retrying sooner after a
-// failure, each attempt bounded by the trust deadline. The lease itself
-// declares the loss when its trust deadline passes; a renewal that finds
-// the lease gone ends it at once.
+// renew watches the renewals of the term's lease, which its Store's
+// keep-alive sends — one statement per round for every kept-alive lease of
+// the Store, this term's among them — and sends none of its own. The lease
+// declares the loss itself (its trust deadline passed, or a renewal or
+// check found its row gone), which watch and drain see on the lease's
+// Context. Here the elector only reports, in State.LastError and once per
+// run at Warn, a lease whose last confirmed renewal is more than two
+// renewal intervals old: the keep-alive is retrying, and the term ends at
+// its trust deadline unless a renewal succeeds first.
 func (e *Elector) renew(ctx context.Context, t *tenure) {
-	wait := e.cfg.RenewInterval
-	for sleep(ctx, wait) {
-		left := t.lease.TrustedUntil().Sub(e.storeNow()) // both on the Store's clock
-		if left <= 0 {
+	every, late := e.cfg.RenewInterval, false
+	for sleep(ctx, every) {
+		if t.lease.Err() != nil {
 			return
 		}
-		rctx, cancel := context.WithTimeout(ctx, left)
-		err := t.lease.Renew(rctx)
-		cancel()
+		// The send time of the last confirmed renewal (or of the
+		// acquisition), on the Store's clock, as its trust deadline says.
+		last := t.lease.TrustedUntil().Add(-(e.cfg.TTL - e.margin))
+		age := e.storeNow().Sub(last)
 		switch {
-		case err == nil:
-			wait = e.cfg.RenewInterval
-		case errors.Is(err, lease.ErrNotHeld), errors.Is(err, lease.ErrLost), errors.Is(err, lease.ErrClosed):
-			return
-		default:
+		case age <= 2*every:
+			late = false
+		case !late:
+			late = true
+			err := fmt.Errorf("leader: term %d: its lease was last renewed %v ago (the Store's keep-alive renews every %v and is retrying; the term ends at its trust deadline unless a renewal succeeds first)",
+				t.term.Number, age.Round(time.Millisecond), every)
 			e.setErr(err)
-			e.cfg.Logger.Warn("leader: renew failed; retrying", "election", e.cfg.Name, "term", t.term.Number, "err", err)
-			wait = max(e.cfg.RenewInterval/4, 10*time.Millisecond)
+			e.cfg.Logger.Warn("leader: renewals overdue", "election", e.cfg.Name, "term", t.term.Number, "err", err)
 		}
 	}
 }

@@ -90,8 +90,8 @@ func (e *Elector) settle(err error) (fellBack bool) {
 // reports new leaders to OnNewLeader. It never breaks a lease and never
 // terminates a session.
 func (e *Elector) leaseWatching(ctx context.Context, hooks *dispatcher) (*lease.Lease, error) {
-	opt := lease.WithMetadata(e.metadata(nil))
+	opts := e.termOptions(nil)
 	return watching(e, ctx, hooks, false, func(ctx context.Context) (*lease.Lease, error) {
-		return e.cfg.Store.Acquire(ctx, e.leaseName, e.cfg.TTL, opt)
+		return e.cfg.Store.Acquire(ctx, e.leaseName, e.cfg.TTL, opts...)
 	})
 }

@@ -27,8 +27,9 @@ type State struct {
 	// stepping down: reading a passed deadline ends the term (see
 	// [Term.TrustedUntil]), and so does State.
 	TrustedUntil time.Time
-	// LastError is the last error of a campaign or a renewal, nil if there
-	// has been none; LastErrorAt is when it happened. They are kept after
+	// LastError is the last error of a campaign, or a term's renewals
+	// found overdue (see the package doc, Renewals), nil if there has
+	// been none; LastErrorAt is when it happened. They are kept after
 	// a later success: compare LastErrorAt with the last election to judge.
 	LastError   error
 	LastErrorAt time.Time

@@ -45,7 +45,7 @@ func TestOutwaitBreaksOnlyTheTermItWaitedFor(t *testing.T) {
 	}
 	defer e.unlock(lk)
 	// The holder's horizon has long passed since the lock was taken.
-	ls, err := e.outwait(ctx, lk, time.Now().Add(-time.Minute), holder, lease.WithMetadata(e.metadata(lk)))
+	ls, err := e.outwait(ctx, lk, time.Now().Add(-time.Minute), holder, e.termOptions(lk))
 	if ls != nil || err != nil {
 		t.Fatalf("outwait = %v, %v; want nil, nil (try again)", ls, err)
 	}
