@@ -67,7 +67,7 @@ func TestSharedWriterRenewsWhileWaiting(t *testing.T) {
 	b := setup(t)
 	ctx := ctxT(t)
 	r := mustShared(t, b.store, "slow", 3*time.Second, lease.WithKeepAlive())
-	const ttl = 400 * time.Millisecond
+	const ttl = 1500 * time.Millisecond // renewed at half: slack for a loaded machine
 	got := make(chan *lease.Lease, 1)
 	go func() {
 		w, err := b.store.AcquireExclusive(ctx, "slow", ttl)
