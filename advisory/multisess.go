@@ -21,8 +21,8 @@ import (
 // onceAll is attempt.once for a multi: it reserves the keys free in this
 // process, and when there are enough, tries them in one statement.
 func (a *attempt) onceAll(ask bool) (bool, error) {
-	keys, err := a.l.reserveFree(a.ctx, a.m.keys, a.m.need)
-	if err != nil || len(keys) < a.m.need {
+	keys, err := a.l.reserveFree(a.ctx, a.m)
+	if err != nil || keys == nil {
 		return false, err // busy here: held by this process's Locks
 	}
 	s, err := a.l.pickSession(a.ctx, a.wait, a.call)
@@ -56,15 +56,26 @@ func (a *attempt) onceAll(ask bool) (bool, error) {
 // exclusively. When fewer than need are free but some of the others are
 // only reserved by another multi's round trip, it waits for those to end
 // (or ctx, or Close) and looks again.
-func (l *Locker) reserveFree(ctx context.Context, keys []pglocks.Key, need int) ([]pglocks.Key, error) {
+func (l *Locker) reserveFree(ctx context.Context, m *multi) ([]pglocks.Key, error) {
+	keys, need := m.keys, m.need
 	for {
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
 			return nil, ErrClosed
 		}
+		if ks := l.keys[idOf(m.turnstile)]; m.turnstile.Space() != 0 && ks != nil && (ks.writer || len(ks.queue) > 0) {
+			// A gatherer of this process holds or waits for the turnstile:
+			// on its own session the server would let us pass it.
+			l.mu.Unlock()
+			return nil, nil
+		}
 		free, pending := l.freeLocked(keys)
-		if len(free) >= need || len(pending) == 0 {
+		if len(free) < need && len(pending) == 0 {
+			l.mu.Unlock()
+			return nil, nil // busy: held by this process's Locks
+		}
+		if len(free) >= need {
 			for _, k := range free {
 				id := idOf(k)
 				ks := l.stateLocked(id)

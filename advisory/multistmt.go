@@ -50,6 +50,12 @@ select c.n = $3::int4,
 		|| ';' || coalesce((select count(pg_notify($5::text, w))::text from unnest($6::text[]) as w), '') end
 from c`
 
+// maxAsksPerTry is the most keys a failed multi asks the holders of to notify
+// their unlock (each ask is one event for every listener): the first
+// maxAsksPerTry of its keys, plus the turnstile. A waiter for a key it did not
+// ask for polls it (up to MaxBackoff).
+const maxAsksPerTry = 16
+
 // anyArgs returns the parameters of anySQL for m, all in text format;
 // with want, the failed try asks every key's holder to notify its unlock.
 func (s *session) anyArgs(m *multi, want bool) (string, [][]byte, []int16) {
@@ -61,11 +67,15 @@ func (s *session) anyArgs(m *multi, want bool) (string, [][]byte, []int16) {
 		if i > 0 {
 			ks.WriteByte(',')
 			ps.WriteByte(',')
+		}
+		if i > 0 && i < maxAsksPerTry {
 			asks.WriteByte(',')
 		}
 		ks.WriteString(strconv.FormatInt(k.Int64(), 10))
 		ps.WriteString(strconv.FormatBool(k.Space() == pglocks.SpaceInt32Pair))
-		asks.WriteString(payload("w", k))
+		if i < maxAsksPerTry {
+			asks.WriteString(payload("w", k))
+		}
 	}
 	if m.turnstile.Space() != 0 {
 		asks.WriteString("," + payload("w", m.turnstile))

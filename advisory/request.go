@@ -30,7 +30,7 @@ type request struct {
 	kind   opKind
 	key    pglocks.Key
 	shared bool
-	want   bool  // on a failed try, notify holders that someone waits
+	want   bool   // on a failed try, notify holders that someone waits
 	lock   *Lock  // opUnlock
 	m      *multi // opTryAll: key is m.label
 	state  atomic.Int32
