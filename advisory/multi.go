@@ -159,6 +159,16 @@ func (ls *Locks) PID() uint32 {
 	return ls.locks[0].pid
 }
 
+// VerifiedAt returns the send time of the latest round trip on the locks'
+// session that the server answered (see [Lock.VerifiedAt]); zero for a
+// nil Locks.
+func (ls *Locks) VerifiedAt() time.Time {
+	if ls.unusable() != nil || len(ls.locks) == 0 {
+		return time.Time{}
+	}
+	return ls.locks[0].VerifiedAt()
+}
+
 // Lost returns a channel closed when the locks are lost: their session
 // died, or [Locker.Close] released them ([Locks.Err] says which). It stays
 // open after a successful Unlock. A nil or zero Locks's is closed.

@@ -50,13 +50,18 @@ func (l *Locker) Semaphore(name string, limit int) (*Semaphore, error) {
 		return nil, fmt.Errorf("advisory: semaphore %q: %w", name, err)
 	}
 	sem := &Semaphore{l: l, name: name, label: pglocks.KeyOf(semPrefix + name),
-		turnstile: pglocks.KeyOf(semPrefix + name + ":turnstile")}
+		turnstile: TurnstileKey(name)}
 	sem.setLimit(limit)
 	return sem, nil
 }
 
 // semPrefix starts the names of a Semaphore's keys.
 const semPrefix = "pglocks.sem:"
+
+// TurnstileKey returns the key of the turnstile of the semaphore name.
+func TurnstileKey(name string) pglocks.Key {
+	return pglocks.KeyOf(semPrefix + name + ":turnstile")
+}
 
 // SlotKey returns the key of permit slot i of the semaphore name.
 func SlotKey(name string, i int) pglocks.Key {
@@ -257,6 +262,15 @@ func (p *Permits) PID() uint32 {
 		return 0
 	}
 	return p.locks.PID()
+}
+
+// VerifiedAt returns the send time of the latest round trip on the
+// permits' session that the server answered (see [Lock.VerifiedAt]).
+func (p *Permits) VerifiedAt() time.Time {
+	if p.unusable() != nil {
+		return time.Time{}
+	}
+	return p.locks.VerifiedAt()
 }
 
 // Lost returns a channel closed when the permits are lost: their session
