@@ -67,9 +67,9 @@ type status struct {
 	// Semaphore is the advisory semaphore NAME (pglocks run --max), when
 	// status was given NAME and a permit of it is held.
 	Semaphore *semaphoreRow `json:"semaphore,omitempty"`
-	Leases   []leaseRow     `json:"leases"`
-	Leaders  []leaderRow    `json:"leaders"`
-	Runs     []runRow       `json:"runs"`
+	Leases    []leaseRow    `json:"leases"`
+	Leaders   []leaderRow   `json:"leaders"`
+	Runs      []runRow      `json:"runs"`
 	// Missing names the tables not found, with the command that creates
 	// them.
 	Missing []string `json:"missing,omitempty"`
