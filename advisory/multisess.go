@@ -18,13 +18,42 @@ import (
 // holds nothing, here or on the server, while it waits: no deadlock
 // between callers asking for overlapping sets in any order.
 
-// onceAll is attempt.once for a multi: it reserves the keys free in this
-// process, and when there are enough, tries them in one statement.
+// onceAll is attempt.once for a multi: it reserves keys free in this
+// process, and when there are enough, tries them in one statement. A
+// multi that needs one key (a Semaphore's single permit) and does not ask
+// sends at most oneChunk keys a statement, and tries the next free ones
+// while those are busy on the server: concurrent single takers of one
+// process then reserve different slots instead of waiting for each
+// other's round trip.
 func (a *attempt) onceAll(ask bool) (bool, error) {
-	keys, err := a.l.reserveFree(a.ctx, a.m)
-	if err != nil || keys == nil {
-		return false, err // busy here: held by this process's Locks
+	chunk := len(a.m.keys)
+	if a.m.need == 1 && !ask {
+		chunk = oneChunk
 	}
+	var tried map[keyID]bool
+	for {
+		keys, err := a.l.reserveFree(a.ctx, a.m, tried, chunk)
+		if err != nil || keys == nil {
+			return false, err // busy here, or on the server for every key tried
+		}
+		ok, err := a.tryKeys(keys, ask)
+		if ok || err != nil || chunk == len(a.m.keys) {
+			return ok, err
+		}
+		if tried == nil {
+			tried = map[keyID]bool{}
+		}
+		for _, k := range keys {
+			tried[idOf(k)] = true
+		}
+	}
+}
+
+// oneChunk is how many keys a single-key multi sends a statement.
+const oneChunk = 4
+
+// tryKeys runs m on keys, reserved for it, in one statement.
+func (a *attempt) tryKeys(keys []pglocks.Key, ask bool) (bool, error) {
 	s, err := a.l.pickSession(a.ctx, a.wait, a.call)
 	if err != nil {
 		a.l.unreserveKeys(keys)
@@ -52,12 +81,13 @@ func (a *attempt) onceAll(ask bool) (bool, error) {
 	return true, nil
 }
 
-// reserveFree reserves the keys of keys that are free in this process,
-// exclusively. When fewer than need are free but some of the others are
-// only reserved by another multi's round trip, it waits for those to end
-// (or ctx, or Close) and looks again.
-func (l *Locker) reserveFree(ctx context.Context, m *multi) ([]pglocks.Key, error) {
-	keys, need := m.keys, m.need
+// reserveFree reserves, exclusively, up to chunk of m's keys that are
+// free in this process and not in tried; nil when fewer than m.need are.
+// When too few are free but some of the others are only reserved by
+// another multi's round trip, it waits for those to end (or ctx, or
+// Close) and looks again.
+func (l *Locker) reserveFree(ctx context.Context, m *multi, tried map[keyID]bool, chunk int) ([]pglocks.Key, error) {
+	need := m.need
 	for {
 		l.mu.Lock()
 		if l.closed {
@@ -70,7 +100,7 @@ func (l *Locker) reserveFree(ctx context.Context, m *multi) ([]pglocks.Key, erro
 			l.mu.Unlock()
 			return nil, nil
 		}
-		free, pending := l.freeLocked(keys)
+		free, pending := l.freeLocked(m.keys, tried, chunk)
 		if len(free) < need && len(pending) == 0 {
 			l.mu.Unlock()
 			return nil, nil // busy: held by this process's Locks
@@ -103,13 +133,17 @@ func (l *Locker) reserveFree(ctx context.Context, m *multi) ([]pglocks.Key, erro
 	}
 }
 
-// freeLocked returns the keys of keys that nobody here holds, reserves or
-// waits for, and the ids of those only a multi's round trip reserves.
-func (l *Locker) freeLocked(keys []pglocks.Key) (free []pglocks.Key, pending []keyID) {
+// freeLocked returns up to chunk keys of keys, not in tried, that nobody
+// here holds, reserves or waits for, and the ids of those only a multi's
+// round trip reserves.
+func (l *Locker) freeLocked(keys []pglocks.Key, tried map[keyID]bool, chunk int) (free []pglocks.Key, pending []keyID) {
 	for _, k := range keys {
 		id := idOf(k)
 		ks := l.keys[id]
 		switch {
+		case tried[id]:
+		case len(free) == chunk:
+			return free, pending
 		case ks == nil || len(ks.queue) == 0 && !ks.writer && ks.readers == 0:
 			free = append(free, k)
 		case ks.inflight:
