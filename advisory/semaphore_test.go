@@ -257,4 +257,3 @@ func TestSemaphoreNoStarvation(t *testing.T) {
 	}
 	t.Logf("Acquire(2) took %v under single takers (%v takes)", took.Round(time.Millisecond), takes)
 }
-
