@@ -217,8 +217,11 @@ func (ls *Locks) Unlock(ctx context.Context) error {
 	}
 	errs := make([]error, len(ls.locks))
 	var wg sync.WaitGroup
-	for i, lk := range ls.locks {
-		wg.Go(func() { errs[i] = lk.Unlock(ctx) })
+	for i, lk := range ls.locks[1:] {
+		wg.Go(func() { errs[i+1] = lk.Unlock(ctx) })
+	}
+	if len(ls.locks) > 0 {
+		errs[0] = ls.locks[0].Unlock(ctx) // on this goroutine: a single permit needs no other
 	}
 	wg.Wait()
 	return errors.Join(errs...)
