@@ -214,7 +214,11 @@ func (s *session) tookAll(r *request, extra []byte) error {
 	taken := make([]*Lock, 0, len(pos))
 	for _, p := range pos {
 		in[p] = true
-		taken = append(taken, s.l.newLock(s, r.m.keys[p], false))
+		if r.m.semName != "" {
+			taken = append(taken, s.l.newLockNamed(s, r.m.keys[p], false, r.m.semName))
+		} else {
+			taken = append(taken, s.l.newLock(s, r.m.keys[p], false))
+		}
 	}
 	var rest []pglocks.Key
 	s.l.mu.Lock()

@@ -19,6 +19,7 @@ type multi struct {
 	need      int
 	turnstile pglocks.Key // the zero Key: none
 	label     pglocks.Key // names the call in errors, logs and events
+	semName   string      // a Semaphore's: the Observer's name of each permit's hold
 }
 
 // anyName is the prepared name of anySQL.

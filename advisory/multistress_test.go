@@ -23,6 +23,17 @@ func stressOps(small int) int {
 	return small
 }
 
+// stressCtx bounds a stress test: a minute, ten with PGLOCKS_STRESS=1.
+func stressCtx(t testing.TB) context.Context {
+	d := time.Minute
+	if os.Getenv("PGLOCKS_STRESS") == "1" {
+		d = 10 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // holdCheck counts, per key, the holders that the acquisitions themselves
 // report, and fails the test when a key has two.
 type holdCheck struct {
@@ -54,7 +65,7 @@ func TestLockAllStress(t *testing.T) {
 	lockers := []*advisory.Locker{b.locker,
 		newLocker(t, b.pool, advisory.Config{ApplicationName: b.app}),
 		newLocker(t, b.pool, advisory.Config{ApplicationName: b.app})}
-	ctx := ctxT(t)
+	ctx := stressCtx(t)
 	universe := make([]pglocks.Key, 8)
 	for i := range universe {
 		universe[i] = pglocks.KeyOf("stress-" + string(rune('a'+i)))
@@ -208,7 +219,7 @@ func TestSemaphoreStress(t *testing.T) {
 	lockers := []*advisory.Locker{b.locker,
 		newLocker(t, b.pool, advisory.Config{ApplicationName: b.app}),
 		newLocker(t, b.pool, advisory.Config{ApplicationName: b.app})}
-	ctx := ctxT(t)
+	ctx := stressCtx(t)
 	const limit = 3
 	check := &permitCheck{t: t, limit: limit, slots: map[int]int{}, doomed: map[uint32]bool{}, live: map[*advisory.Permits]bool{}}
 	ops := stressOps(300)

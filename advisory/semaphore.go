@@ -219,7 +219,7 @@ func (sem *Semaphore) plan(n int) (*multi, map[keyID]int, error) {
 		keys[i] = sem.slots[slot]
 		bySlot[idOf(keys[i])] = slot
 	}
-	return &multi{keys: keys, need: n, turnstile: sem.turnstile, label: sem.label}, bySlot, nil
+	return &multi{keys: keys, need: n, turnstile: sem.turnstile, label: sem.label, semName: sem.label.String()}, bySlot, nil
 }
 
 // Permits are permits of a [Semaphore] taken together, all on one

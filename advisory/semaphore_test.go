@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
 )
 
@@ -256,4 +258,37 @@ func TestSemaphoreNoStarvation(t *testing.T) {
 		t.Fatalf("Acquire(2) under a stream of single takers: %v after %v (%v takes)", err, took, takes)
 	}
 	t.Logf("Acquire(2) took %v under single takers (%v takes)", took.Round(time.Millisecond), takes)
+}
+
+// The Observer sees a semaphore's permits under the semaphore's name
+// (KeyOf("pglocks.sem:" + name)), so that a metrics adapter counts the
+// permits held per semaphore, and one acquire call per Acquire.
+func TestSemaphoreObserved(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	held := map[string]int{}
+	acquires := map[string]int{}
+	obs := &pglocks.Observer{
+		Acquire: func(e pglocks.AcquireEvent) { mu.Lock(); acquires[e.Name]++; mu.Unlock() },
+		Start:   func(e pglocks.HoldEvent) { mu.Lock(); held[e.Name]++; mu.Unlock() },
+		End:     func(e pglocks.EndEvent) { mu.Lock(); held[e.Name]--; mu.Unlock() },
+	}
+	b := setup(t, advisory.Config{Observer: obs})
+	ctx := ctxT(t)
+	sem, _ := b.locker.Semaphore("observed", 3)
+	p, err := sem.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := pglocks.KeyOf("pglocks.sem:observed").String()
+	count := func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return held[name], acquires[name]
+	}
+	waitFor(t, "2 permits observed", 30*time.Second, func() bool { h, a := count(); return h == 2 && a == 1 })
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the permits' ends observed", 30*time.Second, func() bool { h, _ := count(); return h == 0 })
 }
