@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/pgtest"
 )
 
 // appHeld returns the advisory locks granted on the server to sessions
@@ -162,6 +163,56 @@ func TestLockAllLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := again.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A TryLockAll that fills the server's lock table part-way through its
+// statement (two entries free, five keys asked) fails with
+// ErrLockTableFull and leaves none of its keys held: the statement failed
+// after taking some, and the Locker unlocks those it finds in pg_locks;
+// the session and its other locks survive.
+func TestTryLockAllTableFull(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.NewServer(t, pgtest.WithMaxConnections(10),
+		pgtest.WithSetting("max_locks_per_transaction", "10"), pgtest.WithSetting("autovacuum", "off"))
+	db := srv.NewDB(t)
+	ctx := ctxT(t)
+	pool := db.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 2 })
+	l := newLocker(t, pool, advisory.Config{MaxSessions: 1})
+	filler, conn := db.Conn(t), db.Conn(t)
+	kept, err := l.TryLock(ctx, pglocks.Int64Key(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillLockTable(ctx, t, filler)
+	if _, err := filler.Exec(ctx, "select pg_advisory_unlock(k) from generate_series($1::int8, $1 + 1) k", int64(fillBase)); err != nil {
+		t.Fatal(err)
+	}
+	keys := []pglocks.Key{pglocks.Int64Key(11), pglocks.Int64Key(12), pglocks.Int64Key(13), pglocks.Int64Key(14), pglocks.Int64Key(15)}
+	_, err = l.TryLockAll(ctx, keys...)
+	if !errors.Is(err, advisory.ErrLockTableFull) {
+		t.Fatalf("TryLockAll on a nearly full table: %v, want ErrLockTableFull", err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `select count(*) from pg_locks where locktype = 'advisory' and pid = $1 and objid between 11 and 15`,
+		int32(kept.PID())).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || kept.Err() != nil {
+		t.Fatalf("after the failed TryLockAll the session holds %d of its keys; the kept lock: %v", n, kept.Err())
+	}
+	if _, err := filler.Exec(ctx, "select pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := l.TryLockAll(ctx, keys...)
+	if err != nil {
+		t.Fatalf("TryLockAll once the table has room: %v", err)
+	}
+	if ls.PID() != kept.PID() {
+		t.Errorf("the set was taken on session %d, the kept lock is on %d", ls.PID(), kept.PID())
+	}
+	if err := errors.Join(ls.Unlock(ctx), kept.Unlock(ctx)); err != nil {
 		t.Fatal(err)
 	}
 }
