@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/sessionfd"
 )
 
 // checkModes refuses the combinations of -s and --max with the other ways
@@ -70,4 +72,25 @@ func takePermit(ctx context.Context, pool *pgxpool.Pool, o runOpts, deadline tim
 		return nil, err
 	}
 	return advisoryHeld(cfg, closeLocker, p, p.Lost(), p.Err, p.Release, p.VerifiedAt), nil
+}
+
+// advisoryHeld is the held of an advisory lock (or permits) v, on a
+// locker with cfg that closeLocker closes.
+func advisoryHeld(cfg advisory.Config, closeLocker func(context.Context), v any, lost <-chan struct{}, errf func() error,
+	release func(context.Context) error, verifiedAt func() time.Time) *held {
+	trust := serverHold(cfg) - trustMargin
+	h := &held{
+		lost:    lost,
+		err:     errf,
+		release: release,
+		close:   closeLocker,
+		trusted: func() time.Time { return verifiedAt().Add(trust) },
+		// An unlock that fails because the session died says the lock
+		// was lost (Err); one the server refused leaves it held.
+		notHeld: func(err error) bool { return errors.Is(err, advisory.ErrNotHeld) || errf() != nil },
+	}
+	if sessionfd.File != nil { // Linux
+		h.session = func() (*os.File, error) { return sessionfd.File(v) }
+	}
+	return h
 }

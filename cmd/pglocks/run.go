@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
-	"github.com/pglocks/pglocks/internal/sessionfd"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -304,27 +303,6 @@ func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, shared bool,
 		return nil, err
 	}
 	return advisoryHeld(cfg, closeLocker, lk, lk.Lost(), lk.Err, lk.Unlock, lk.VerifiedAt), nil
-}
-
-// advisoryHeld is the held of an advisory lock (or permits) v, on a
-// locker with cfg that closeLocker closes.
-func advisoryHeld(cfg advisory.Config, closeLocker func(context.Context), v any, lost <-chan struct{}, errf func() error,
-	release func(context.Context) error, verifiedAt func() time.Time) *held {
-	trust := serverHold(cfg) - trustMargin
-	h := &held{
-		lost:    lost,
-		err:     errf,
-		release: release,
-		close:   closeLocker,
-		trusted: func() time.Time { return verifiedAt().Add(trust) },
-		// An unlock that fails because the session died says the lock
-		// was lost (Err); one the server refused leaves it held.
-		notHeld: func(err error) bool { return errors.Is(err, advisory.ErrNotHeld) || errf() != nil },
-	}
-	if sessionfd.File != nil { // Linux
-		h.session = func() (*os.File, error) { return sessionfd.File(v) }
-	}
-	return h
 }
 
 // lockConfig is pglocks run's advisory Config: the defaults, spelled out
