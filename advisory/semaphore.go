@@ -139,8 +139,10 @@ func (sem *Semaphore) unusable() error {
 }
 
 // TryAcquire takes n permits, all or none, if n slots are free, in one
-// round trip on one session, and fails with an error wrapping [ErrLocked]
-// otherwise — also while an [Semaphore.Acquire] of more than one permit
+// statement on one session (one permit: one statement per 4 free slots of
+// this process tried, while they are busy elsewhere), and fails with an
+// error wrapping [ErrLocked]
+// otherwise — also while a [Semaphore.Acquire] of more than one permit
 // gathers (it holds the turnstile), so that a stream of tries does not
 // starve it. n must be 1 to the handle's limit. A failed try leaves
 // nothing held. Other errors as for [Locker.TryLock].
