@@ -22,7 +22,11 @@ type attempt struct {
 	id     keyID
 	shared bool
 	wait   bool
-	call   call // when the call began, for pickSession
+	call   call   // when the call began, for pickSession
+	m      *multi // TryLockAll, LockAll, a Semaphore: several keys at once (see multi.go)
+
+	got   *Lock   // the lock taken
+	taken []*Lock // m's locks taken
 
 	waker   chan struct{} // signalled when a holder unlocks the key
 	asked   time.Time     // when a failed try last asked holders to notify
@@ -42,31 +46,34 @@ func (l *Locker) acquire(ctx context.Context, op string, key pglocks.Key, shared
 		return l.observeAcquire(key, shared, wait, start, nil, opErr(op, key, err))
 	}
 	a := &attempt{l: l, ctx: ctx, key: key, id: id, shared: shared, wait: wait, call: c, busy: l.cfg.MinBackoff}
-	lk, err := a.run()
-	return l.observeAcquire(key, shared, wait, start, lk, opErr(op, key, err))
+	err := a.run()
+	return l.observeAcquire(key, shared, wait, start, a.got, opErr(op, key, err))
 }
 
-// run tries until the lock is taken or decide says to return.
-func (a *attempt) run() (*Lock, error) {
+// run tries until the lock is taken (a.got, or a.taken for a multi) or
+// decide says to return.
+func (a *attempt) run() error {
 	for {
 		if a.wait {
-			a.waker = a.l.addWaker(a.id)
+			a.waker = a.l.addWaker(a.ids()...)
 		}
 		ask := a.wait && a.shouldAsk()
-		lk, err := a.once(ask)
-		if lk != nil {
+		ok, err := a.once(ask)
+		if ok {
 			a.dropWaker()
-			return lk, nil
+			return nil
 		}
 		var delay time.Duration
 		switch decide(err, a.wait, a.retried, a.l.cfg.MaxSessions) {
 		case stepReturn:
-			return nil, a.giveUp(err)
+			return a.giveUp(err)
 		case stepBusy:
 			reach.Answered(a.ctx) // the server answered: the key is held
 			if !a.wait {
-				a.l.unreserve(a.id, a.shared)
-				return nil, ErrLocked
+				if a.m == nil {
+					a.l.unreserve(a.id, a.shared)
+				}
+				return ErrLocked
 			}
 			if ask {
 				a.asked, a.woken = time.Now(), false
@@ -78,7 +85,7 @@ func (a *attempt) run() (*Lock, error) {
 			delay = a.retryDelay(err)
 		}
 		if err := a.pause(delay); err != nil {
-			return nil, a.giveUp(err)
+			return a.giveUp(err)
 		}
 	}
 }
@@ -101,11 +108,15 @@ func (a *attempt) shouldAsk() bool {
 }
 
 // once makes one try on a session, asking holders to notify if ask and it
-// fails: the lock, nil and nil when the key is busy, or why the try failed.
-func (a *attempt) once(ask bool) (*Lock, error) {
+// fails: true when it took the lock, false and nil when the key is busy,
+// or why the try failed.
+func (a *attempt) once(ask bool) (bool, error) {
+	if a.m != nil {
+		return a.onceAll(ask)
+	}
 	s, err := a.l.pickSession(a.ctx, a.wait, a.call)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	r := newRequest(opTry, a.key, a.shared)
 	r.want = ask
@@ -114,9 +125,10 @@ func (a *attempt) once(ask bool) (*Lock, error) {
 		err = s.submit(a.ctx, r)
 	}
 	if err != nil {
-		return nil, err // abandoned or the session stopped: r is not ours
+		return false, err // abandoned or the session stopped: r is not ours
 	}
-	return r.got, r.err
+	a.got = r.got
+	return r.got != nil, r.err
 }
 
 // retryDelay is the pause before retrying after err. Dials are paced by
@@ -155,9 +167,24 @@ func (a *attempt) pause(d time.Duration) error {
 
 func (a *attempt) dropWaker() {
 	if a.waker != nil {
-		a.l.removeWaker(a.id, a.waker)
+		a.l.removeWaker(a.waker, a.ids()...)
 		a.waker = nil
 	}
+}
+
+// ids returns the keys the attempt waits for.
+func (a *attempt) ids() []keyID {
+	if a.m == nil {
+		return []keyID{a.id}
+	}
+	ids := make([]keyID, 0, len(a.m.keys)+1)
+	for _, k := range a.m.keys {
+		ids = append(ids, idOf(k))
+	}
+	if a.m.turnstile.Space() != 0 {
+		ids = append(ids, idOf(a.m.turnstile))
+	}
+	return ids
 }
 
 // giveUp ends the call with err: it gives back the reservation (unless an
@@ -166,7 +193,7 @@ func (a *attempt) dropWaker() {
 func (a *attempt) giveUp(err error) error {
 	a.dropWaker()
 	abandoned := errors.As(err, new(errAbandoned))
-	if !abandoned {
+	if !abandoned && a.m == nil {
 		a.l.unreserve(a.id, a.shared)
 	}
 	if a.ctx.Err() == nil {

@@ -50,12 +50,20 @@ func (s *session) popBatch(batch []*request) []*request {
 	return batch
 }
 
-// hasKey reports whether a request in batch is on r's key, in any mode.
+// hasKey reports whether a request in batch is on one of r's keys, in any
+// mode.
 func hasKey(batch []*request, r *request) bool {
-	id := idOf(r.key)
 	for _, b := range batch {
-		if idOf(b.key) == id {
-			return true
+		if r.m == nil {
+			if b.has(idOf(r.key)) {
+				return true
+			}
+			continue
+		}
+		for _, k := range r.m.keys {
+			if b.has(idOf(k)) {
+				return true
+			}
 		}
 	}
 	return false
@@ -109,7 +117,7 @@ var errDiedInBatch = errors.New("the session died earlier in the batch")
 // skip finishes r without a statement when r is a try whose
 // caller left or whose Locker is closing; it reports whether it did.
 func (s *session) skip(r *request) bool {
-	if r.kind != opTry {
+	if r.kind == opUnlock {
 		return false
 	}
 	switch {

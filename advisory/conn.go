@@ -202,6 +202,9 @@ func prepareAll(ctx context.Context, conn *pgconn.PgConn) error {
 			}
 		}
 	}
+	if _, err := conn.Prepare(ctx, anyName, anySQL, nil); err != nil {
+		return fmt.Errorf("prepare %s: %w", anyName, err)
+	}
 	return nil
 }
 

@@ -162,6 +162,73 @@
 // background and gives back a lock taken after the caller left. The
 // session is not closed for it, so other locks on it are not disturbed.
 //
+// # Several keys at once
+//
+// [Locker.TryLockAll] takes a set of 1 to [MaxKeys] (64) distinct valid
+// keys, all or none, exclusively, on one session, in one round trip: one
+// statement tries the keys in sorted order and, if any is held elsewhere,
+// unlocks in the same statement those it took, so a failed try leaves
+// nothing held (TestTryLockAllLeavesNothing checks pg_locks).
+// [Locker.LockAll] repeats that try, woken as Lock is, and holds nothing,
+// here or on the server, while it waits: callers asking for overlapping
+// sets in any order cannot deadlock (TestLockAllStress: 16 contenders on
+// three Lockers, random sets of 1–5 of 8 keys; every held set checked in
+// pg_locks). It does not queue: a caller for many keys can be passed over
+// by callers for few (see Semaphores for a turnstile). The set is a
+// [Locks], lost together with its session. An empty set, a duplicate key,
+// more than MaxKeys keys or an invalid key is refused before anything is
+// sent. Outcomes are those of "When a statement fails": a reply that never
+// came closes the session, which frees whatever the statement took; a
+// server error is settled from pg_locks, and every key of the set that the
+// session holds is unlocked before the error is returned (the session is
+// closed if that fails). In this process, a set is busy when a Lock of the
+// Locker holds one of its keys; a key another set of this process is
+// trying at that moment is waited for, for that one round trip, rather
+// than reported busy.
+//
+// # Semaphores
+//
+// [Locker.Semaphore] returns a counting semaphore: at most limit permits
+// held at once by all the processes that use its name. Permit slot i is
+// the exclusive lock on [SlotKey](name, i), KeyOf("pglocks.sem:" + name +
+// ":" + i): in SQL, hashtextextended('pglocks.sem:' || name || ':' || i,
+// 0). [Semaphore.TryAcquire] takes n free slots below the limit, all or
+// none, with the statement of TryLockAll (taking n of the slots, from a
+// random one on, and giving back those it took if it finds fewer than n;
+// a single permit tries at most 4 free slots a statement). A permit dies
+// with its session, like any lock here: a crashed holder's permits are
+// free at once, and [Permits.Lost] and [Permits.Context] announce the loss.
+//
+// Waiting is the Locker's, never on the server: [Semaphore.Acquire]
+// retries the try, woken when a permit is released (at once in this
+// process; by NOTIFY from another, since a failed try asks the holders of
+// its first 16 slots and of the turnstile to notify), else by backoff up
+// to MaxBackoff.
+//
+// Fairness rests on the turnstile key, [TurnstileKey](name) =
+// KeyOf("pglocks.sem:" + name + ":turnstile"). Every try takes it shared
+// for its own statement only (pg_try_advisory_xact_lock_shared) and takes
+// nothing without it; an Acquire of n > 1 permits holds it exclusively
+// (waiting for it as Lock does) while it gathers, so that new takers stop
+// and released permits go to it: a stream of single takers cannot starve
+// it (TestSemaphoreNoStarvation: a waiter for 2 of 2 permits under four
+// looping single takers on two Lockers gets them in 8–44 ms). A
+// TryAcquire fails with ErrLocked while a gatherer holds the turnstile,
+// even if permits are free.
+//
+// Advisory locks have no table to keep a limit in: each handle has its
+// own ([Semaphore.SetLimit]) and grants only slots below it. Where
+// processes disagree, the bound in force is the largest limit in use;
+// after a limit is lowered, slots at or above it are not granted anew by
+// that handle, and permits held on them are never revoked.
+// [Semaphore.Count], [Semaphore.Holders] and [SemaphorePermits] read
+// pg_locks (granted locks on the slots below [MaxLimit]); a waiter does
+// not show there, as it waits in its process.
+//
+// Not guaranteed: FIFO order among single takers, or among gatherers
+// (they wait for the turnstile as Lock waits); a client that takes slot
+// locks without the turnstile can starve gatherers.
+//
 // # When the database is unavailable
 //
 // A Locker that cannot open a session says why. [Locker.TryLock] returns

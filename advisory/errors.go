@@ -12,7 +12,9 @@ import (
 var (
 	// ErrLocked is returned by TryLock, TryRLock and TryXactLock when the
 	// key is held in a conflicting mode by another session, or by another
-	// holder in this process. It is never returned for a transport error.
+	// holder in this process; by TryLockAll when one of its keys is; and
+	// by Semaphore.TryAcquire when too few permits are free. It is never
+	// returned for a transport error.
 	ErrLocked = errors.New("advisory: locked by another holder")
 
 	// ErrNotHeld is returned by [Lock.Unlock] for a lock that is no longer

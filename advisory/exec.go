@@ -23,8 +23,9 @@ import (
 
 // reply is what a statement answered.
 type reply struct {
-	ok    bool  // the first column of the row, a boolean
-	pgErr error // a server error; the session stays usable
+	ok    bool   // the first column of the row, a boolean
+	extra []byte // the second column, raw (anySQL's taken positions)
+	pgErr error  // a server error; the session stays usable
 }
 
 // monoBase anchors the session's verified times, which are stored as
@@ -69,6 +70,9 @@ func (s *session) write(name string, params [][]byte, formats []int16) {
 // the unlock statement unlockStmt chooses now.
 func (s *session) requestArgs(r *request) (string, [][]byte, []int16) {
 	kind := stmtTry
+	if r.kind == opTryAll {
+		return s.anyArgs(r.m, r.want)
+	}
 	if r.kind == opUnlock {
 		kind = s.unlockStmt(r.key, r.shared)
 	}
@@ -103,6 +107,9 @@ func (s *session) recv(ctx context.Context, rep *reply) error {
 		case *pgproto3.DataRow:
 			if len(m.Values) > 0 && len(m.Values[0]) == 1 {
 				rep.ok = m.Values[0][0] == 1
+			}
+			if len(m.Values) > 1 {
+				rep.extra = append(rep.extra[:0], m.Values[1]...)
 			}
 		case *pgproto3.ErrorResponse:
 			rep.pgErr = pgconn.ErrorResponseToPgError(m)
@@ -179,6 +186,12 @@ func (s *session) complete(r *request, rep *reply, err error) error {
 		return s.settle(r, rep.pgErr)
 	}
 	switch r.kind {
+	case opTryAll:
+		if !rep.ok {
+			s.finishOrUndo(r)
+			return nil
+		}
+		return s.tookAll(r, rep.extra)
 	case opTry:
 		if !rep.ok {
 			s.finishOrUndo(r)
@@ -259,8 +272,11 @@ func (s *session) released(lk *Lock, ok bool) error {
 }
 
 func (k opKind) String() string {
-	if k == opUnlock {
+	switch k {
+	case opUnlock:
 		return "unlock"
+	case opTryAll:
+		return "try all"
 	}
 	return "try"
 }

@@ -27,6 +27,8 @@ type keyState struct {
 	queue     []*localWaiter
 	wakers    []chan struct{} // server-level waiters, woken on unlock
 	contended bool            // a remote waiter asked to be notified
+	inflight  bool            // writer is a multi's reservation, not yet a Lock (see reserveFree)
+	settle    []chan struct{} // multis waiting for inflight to end
 }
 
 type localWaiter struct {
@@ -36,7 +38,7 @@ type localWaiter struct {
 }
 
 func (ks *keyState) idle() bool {
-	return ks.readers == 0 && !ks.writer && len(ks.queue) == 0 && len(ks.wakers) == 0
+	return ks.readers == 0 && !ks.writer && len(ks.queue) == 0 && len(ks.wakers) == 0 && len(ks.settle) == 0
 }
 
 // stateLocked returns the state of id, creating it. l.mu must be held.
@@ -155,30 +157,35 @@ func (l *Locker) grantLocked(ks *keyState) {
 	}
 }
 
-// addWaker registers a channel that wakeLocked signals when id may be free.
-func (l *Locker) addWaker(id keyID) chan struct{} {
+// addWaker registers a channel that wakeLocked signals when one of ids
+// may be free.
+func (l *Locker) addWaker(ids ...keyID) chan struct{} {
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
-	ks := l.stateLocked(id)
-	ks.wakers = append(ks.wakers, ch)
+	for _, id := range ids {
+		ks := l.stateLocked(id)
+		ks.wakers = append(ks.wakers, ch)
+	}
 	l.mu.Unlock()
 	return ch
 }
 
-func (l *Locker) removeWaker(id keyID, ch chan struct{}) {
+func (l *Locker) removeWaker(ch chan struct{}, ids ...keyID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ks := l.keys[id]
-	if ks == nil {
-		return
-	}
-	for i, c := range ks.wakers {
-		if c == ch {
-			ks.wakers = append(ks.wakers[:i], ks.wakers[i+1:]...)
-			break
+	for _, id := range ids {
+		ks := l.keys[id]
+		if ks == nil {
+			continue
 		}
+		for i, c := range ks.wakers {
+			if c == ch {
+				ks.wakers = append(ks.wakers[:i], ks.wakers[i+1:]...)
+				break
+			}
+		}
+		l.gcLocked(id, ks)
 	}
-	l.gcLocked(id, ks)
 }
 
 // wakeLocked signals every server-level waiter of id.

@@ -28,6 +28,7 @@ type Lock struct {
 	l      *Locker
 	key    pglocks.Key
 	shared bool
+	obs    string // its name for the Observer when not the key's: its Semaphore's
 	sess   *session
 	pid    uint32
 	at     time.Time // when the hold began, for metrics and logs
@@ -61,8 +62,14 @@ func (lk *Lock) VerifiedAt() time.Time {
 // newLock makes the Lock for a key just taken on s and registers it there.
 // It takes over the caller's in-process reservation.
 func (l *Locker) newLock(s *session, key pglocks.Key, shared bool) *Lock {
+	return l.newLockNamed(s, key, shared, "")
+}
+
+// newLockNamed is newLock for a lock the Observer knows as obs (if not
+// empty) rather than by its key.
+func (l *Locker) newLockNamed(s *session, key pglocks.Key, shared bool, obs string) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	lk := &Lock{l: l, key: key, shared: shared, sess: s, pid: s.pid, ctx: ctx, cancel: cancel, lost: make(chan struct{}), at: l.observeStart(key)}
+	lk := &Lock{l: l, key: key, shared: shared, obs: obs, sess: s, pid: s.pid, ctx: ctx, cancel: cancel, lost: make(chan struct{}), at: l.observeStart(key, obs)}
 	l.mu.Lock()
 	s.locks[lk] = struct{}{}
 	s.nlocks.Store(int32(len(s.locks)))

@@ -82,9 +82,9 @@ func acquireResult(err error, wait bool) pglocks.Result {
 
 // observeStart queues the report of a hold that begins now (see [events])
 // and returns its start.
-func (l *Locker) observeStart(key pglocks.Key) time.Time {
+func (l *Locker) observeStart(key pglocks.Key, obs string) time.Time {
 	if o := l.cfg.Observer; o != nil && o.Start != nil {
-		l.post(func() { o.Start(pglocks.HoldEvent{Kind: pglocks.KindAdvisory, Name: key.String()}) })
+		l.post(func() { o.Start(pglocks.HoldEvent{Kind: pglocks.KindAdvisory, Name: obsName(key, obs)}) })
 	}
 	return time.Now()
 }
@@ -109,14 +109,24 @@ func (lk *Lock) observeEnd(st lockState, err error) {
 	if !logs && (o == nil || o.End == nil) {
 		return
 	}
-	key, pid := lk.key, lk.pid
+	key, pid, obs := lk.key, lk.pid, lk.obs
 	lk.l.post(func() {
 		if logs {
 			log.Log(context.Background(), level, "advisory: "+string(reason),
 				"key", key.String(), "pid", pid, "held", held, "err", err)
 		}
 		if o != nil && o.End != nil {
-			o.End(pglocks.EndEvent{Kind: pglocks.KindAdvisory, Name: key.String(), Reason: reason, Held: held, Err: err})
+			o.End(pglocks.EndEvent{Kind: pglocks.KindAdvisory, Name: obsName(key, obs), Reason: reason, Held: held, Err: err})
 		}
 	})
+}
+
+// obsName is the Observer's name of a hold of key: obs if set (a
+// Semaphore's permits are reported under the semaphore's name), else the
+// key.
+func obsName(key pglocks.Key, obs string) string {
+	if obs != "" {
+		return obs
+	}
+	return key.String()
 }

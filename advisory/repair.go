@@ -25,6 +25,9 @@ import (
 // shares the key on this session (pg_locks shows a key once however many
 // times a session took it).
 func (s *session) settle(r *request, cause error) error {
+	if r.kind == opTryAll {
+		return s.settleAll(r, cause)
+	}
 	failed := fmt.Errorf("%s failed: %w", r.kind, cause)
 	held, err := s.holdsKey(r.key, r.shared)
 	if err != nil {

@@ -13,6 +13,7 @@ type opKind uint8
 const (
 	opTry opKind = iota
 	opUnlock
+	opTryAll // a multi: several keys in one statement, all-or-none
 )
 
 // The states of a request: the session finishes it (done) or its caller
@@ -29,13 +30,15 @@ type request struct {
 	kind   opKind
 	key    pglocks.Key
 	shared bool
-	want   bool  // on a failed try, notify holders that someone waits
-	lock   *Lock // opUnlock
+	want   bool   // on a failed try, notify holders that someone waits
+	lock   *Lock  // opUnlock
+	m      *multi // opTryAll: key is m.label
 	state  atomic.Int32
 	done   chan struct{}
 
-	got *Lock // opTry: the lock, nil when busy
-	err error
+	got   *Lock   // opTry: the lock, nil when busy
+	taken []*Lock // opTryAll: the locks, nil when busy
+	err   error
 }
 
 func newRequest(kind opKind, key pglocks.Key, shared bool) *request {

@@ -72,8 +72,14 @@ func (s *session) fail(rs []*request, err error) {
 // finishOrUndo hands a try that did not take the lock back to its caller,
 // or gives back the reservation of a caller that left.
 func (s *session) finishOrUndo(r *request) {
-	if !r.finish() && r.kind == opTry {
+	if r.finish() {
+		return
+	}
+	switch r.kind {
+	case opTry:
 		s.l.unreserve(idOf(r.key), r.shared)
+	case opTryAll:
+		s.l.unreserveKeys(r.m.keys)
 	}
 }
 

@@ -17,9 +17,20 @@ func init() { sessionfd.File = sessionFile }
 // sessionFile is [sessionfd.File]: a duplicate of the socket of the
 // session that holds lock, an open *Lock.
 func sessionFile(lock any) (*os.File, error) {
-	lk, ok := lock.(*Lock)
-	if !ok {
-		return nil, fmt.Errorf("advisory: session socket of a %T, not a *Lock", lock)
+	var lk *Lock
+	switch v := lock.(type) {
+	case *Lock:
+		lk = v
+	case *Locks:
+		if v.unusable() == nil && len(v.locks) > 0 {
+			lk = v.locks[0] // all on one session
+		}
+	case *Permits:
+		if v.unusable() == nil && len(v.locks.locks) > 0 {
+			lk = v.locks.locks[0]
+		}
+	default:
+		return nil, fmt.Errorf("advisory: session socket of a %T, not a *Lock, *Locks or *Permits", lock)
 	}
 	if err := lk.unusable(); err != nil {
 		return nil, fmt.Errorf("advisory: session socket: %w", err)

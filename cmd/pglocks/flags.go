@@ -16,6 +16,7 @@ import (
 const usage = `usage: pglocks [-v] [--dsn URL] COMMAND [FLAGS] ...
        pglocks --version | --help
   pglocks run [-n | -w SECONDS] [-E CODE] [-q] [--lease [--ttl D]] NAME -- CMD [ARGS...]
+  pglocks run [-n | -w SECONDS] [-E CODE] [-q] (-s | --max N) NAME -- CMD [ARGS...]
   pglocks run --once-per PERIOD [-E CODE] [-q] NAME -- CMD [ARGS...]
   pglocks status [--json] [NAME]
   pglocks key [--sql] NAME

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
-	"github.com/pglocks/pglocks/internal/sessionfd"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -41,6 +40,7 @@ type held struct {
 }
 
 const runHelp = `usage: pglocks run [-n | -w SECONDS] [-E CODE] [-q] [--lease [--ttl D]] NAME -- CMD [ARGS...]
+       pglocks run [-n | -w SECONDS] [-E CODE] [-q] (-s | --max N) NAME -- CMD [ARGS...]
        pglocks run --once-per PERIOD [--ttl D] [-E CODE] [-q] NAME -- CMD [ARGS...]
 
 Runs CMD while holding the lock NAME: a session advisory lock, or with
@@ -52,6 +52,16 @@ the database, up to its bound. A busy message names the holder: for an
 advisory lock the server backend pid of its session (a PostgreSQL
 process: do not kill it, it would only free the lock), for a lease the
 holder process pid on its host.
+
+-s (--shared, as flock -s) holds NAME's advisory lock shared: shared runs
+of NAME run together, and a plain (exclusive) run of NAME waits for, or
+is refused by, all of them. --max N runs CMD only while fewer than N runs
+of NAME (with --max, on every host) run: it holds one permit of the
+advisory semaphore NAME (package advisory, Semaphore: slot locks
+hashtextextended('pglocks.sem:NAME:' || i, 0), i < N), freed with its
+session like any advisory lock. The count is --max, not -n, because -n is
+flock's --nonblock here too. Runs that give different N are bounded by
+the largest; a plain run of NAME is a different lock.
 
 With --once-per PERIOD, put the same line on every host (crontab): for
 each slot of PERIOD by the database server's clock (slots aligned to
@@ -98,6 +108,8 @@ type runOpts struct {
 	oncePer   time.Duration
 	skipCode  int  // -E: the status when NAME is held, or the slot taken; -1: 75, 79
 	quiet     bool // -q: no message when so
+	shared    bool // -s: a shared advisory lock
+	max       int  // --max: one permit of the semaphore NAME of this limit; 0: none
 	tables    tables
 }
 
@@ -127,8 +139,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		h, err = takeSlot(ctx, pool, o, stderr)
 	case o.useLease:
 		h, err = takeLease(ctx, pool, o, deadline)
+	case o.max > 0:
+		h, err = takePermit(ctx, pool, o, deadline)
 	default:
-		h, err = takeLock(ctx, pool, o.name, o.wait, deadline)
+		h, err = takeLock(ctx, pool, o.name, o.shared, o.wait, deadline)
 	}
 	if err != nil {
 		return skipped(err, o)
@@ -186,8 +200,14 @@ func parseRun(ctx context.Context, args []string, stdout, stderr io.Writer) (run
 	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "the lease's TTL, with --lease or --once-per")
 	fs.DurationVar(&o.killAfter, "kill-after", 10*time.Second, "SIGKILL what is left of the job this long after SIGTERM (on a loss, or after CMD exits)")
 	fs.DurationVar(&o.oncePer, "once-per", 0, "run CMD once per slot of this period by the server's clock, on one host of all that ask")
+	fs.BoolVar(&o.shared, "s", false, "hold NAME's advisory lock shared: shared runs run together, an exclusive run excludes them")
+	fs.BoolVar(&o.shared, "shared", false, "the same as -s")
+	fs.IntVar(&o.max, "max", 0, "run while fewer than this many runs of NAME with --max run: hold a permit of the advisory semaphore NAME")
 	o.tables.add(fs)
 	if err := parse(fs, args); err != nil {
+		return o, err
+	}
+	if err := checkModes(o, fs); err != nil {
 		return o, err
 	}
 	given := map[string]bool{}
@@ -235,9 +255,9 @@ func startError(cmd string, err error) error {
 	return fail(exitNoExec, "start %s: %v", cmd, err)
 }
 
-// takeLock takes the session advisory lock KeyOf(name).
+// takeLock takes the session advisory lock KeyOf(name), shared with -s.
 // With wait, it waits until deadline (wait after pglocks started).
-func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Duration, deadline time.Time) (*held, error) {
+func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, shared bool, wait time.Duration, deadline time.Time) (*held, error) {
 	cfg := lockConfig(ctx)
 	locker, err := advisory.New(pool, cfg)
 	if err != nil {
@@ -248,14 +268,22 @@ func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Du
 	var lk *advisory.Lock
 	if wait > 0 {
 		wctx, cancel := context.WithDeadline(ctx, deadline)
-		lk, err = locker.Lock(wctx, key)
+		if shared {
+			lk, err = locker.RLock(wctx, key)
+		} else {
+			lk, err = locker.Lock(wctx, key)
+		}
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && !unreachable(err) {
 			closeLocker(context.Background())
 			return nil, fail(exitBusy, "%s is held elsewhere; gave up after %v", name, wait)
 		}
 	} else {
-		lk, err = locker.TryLock(ctx, key)
+		if shared {
+			lk, err = locker.TryRLock(ctx, key)
+		} else {
+			lk, err = locker.TryLock(ctx, key)
+		}
 		if errors.Is(err, advisory.ErrLocked) {
 			msg := name + " is held elsewhere"
 			if hs, herr := locker.Holders(ctx, key); herr == nil {
@@ -274,21 +302,7 @@ func takeLock(ctx context.Context, pool *pgxpool.Pool, name string, wait time.Du
 		closeLocker(context.Background())
 		return nil, err
 	}
-	trust := serverHold(cfg) - trustMargin
-	h := &held{
-		lost:    lk.Lost(),
-		err:     lk.Err,
-		release: lk.Unlock,
-		close:   closeLocker,
-		trusted: func() time.Time { return lk.VerifiedAt().Add(trust) },
-		// An unlock that fails because the session died says the lock
-		// was lost (Err); one the server refused leaves it held.
-		notHeld: func(err error) bool { return errors.Is(err, advisory.ErrNotHeld) || lk.Err() != nil },
-	}
-	if sessionfd.File != nil { // Linux
-		h.session = func() (*os.File, error) { return sessionfd.File(lk) }
-	}
-	return h, nil
+	return advisoryHeld(cfg, closeLocker, lk, lk.Lost(), lk.Err, lk.Unlock, lk.VerifiedAt), nil
 }
 
 // lockConfig is pglocks run's advisory Config: the defaults, spelled out

@@ -76,8 +76,11 @@ type runRow struct {
 
 type status struct {
 	Advisory []advisoryLock `json:"advisory"`
-	Leases   []leaseRow     `json:"leases"`
-	Leaders  []leaderRow    `json:"leaders"`
+	// Semaphore is the advisory semaphore NAME (pglocks run --max), when
+	// status was given NAME and a permit of it is held.
+	Semaphore *semaphoreRow `json:"semaphore,omitempty"`
+	Leases    []leaseRow    `json:"leases"`
+	Leaders   []leaderRow   `json:"leaders"`
 	// Candidates are the running candidates of the elections listed.
 	Candidates []candidateRow `json:"candidates"`
 	Runs       []runRow       `json:"runs"`
@@ -141,6 +144,7 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 	names := map[int64]string{}
 	if name != "" {
 		names[pglocks.KeyOf(name).Int64()] = name
+		labelSemaphore(names, name)
 	}
 	store, runner, err := t.runner(ctx, pool, 30*time.Second)
 	if err != nil {
@@ -177,11 +181,14 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 		return st, err
 	}
 	for _, a := range locks {
-		if name == "" || a.Name == name || a.Name == leaderPrefix+name {
+		if name == "" || a.Name == name || a.Name == leaderPrefix+name || strings.HasPrefix(a.Name, name+semLabel) {
 			st.Advisory = append(st.Advisory, a)
 		}
 	}
-	return st, nil
+	if name != "" {
+		st.Semaphore, err = readSemaphore(ctx, pool, name)
+	}
+	return st, err
 }
 
 // addElection adds in to the leaders or candidates if it is an
@@ -279,6 +286,7 @@ func printStatus(w io.Writer, st status) {
 				strings.TrimSuffix(a.Mode, "Lock"), state, a.Since.Format(time.RFC3339))
 		}
 	}
+	printSemaphore(tw, st.Semaphore)
 	fmt.Fprintln(tw, "LEASES\t")
 	if slices.ContainsFunc(st.Missing, func(m string) bool { return strings.HasPrefix(m, "no lease table") }) {
 		fmt.Fprintln(tw, "  no lease table (run pglocks migrate)\t")
