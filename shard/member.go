@@ -215,15 +215,15 @@ func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)
 		case <-timer.C:
 		case <-m.wake:
 		}
-		m.reconcile(ctx, o)
+		m.reconcile(ctx, row, o)
 		timer.Reset(m.cfg.PollInterval)
 	}
 }
 
 // reconcile reads the member list and makes the running owners match this
 // member's share. A failed read changes nothing.
-func (m *Member) reconcile(ctx context.Context, o *owners) {
-	members, err := m.Members(ctx)
+func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
+	members, err := m.readMembers(ctx, row)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.cfg.Logger.Warn("shard: cannot read the member list", "group", m.cfg.Group, "member", m.cfg.Identity, "err", err)
@@ -236,4 +236,16 @@ func (m *Member) reconcile(ctx context.Context, o *owners) {
 		members = append(members, m.cfg.Identity)
 	}
 	o.set(ctx, m.Target(m.cfg.Identity, members))
+}
+
+// readMembers reads the member list within TTL/3, and gives up at once if
+// the member row is lost meanwhile: a read whose reply never comes (a
+// lost packet, a half-open connection) must not keep the loop from
+// noticing the loss or from reading again.
+func (m *Member) readMembers(ctx context.Context, row *lease.Lease) ([]string, error) {
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3)
+	defer cancel()
+	stop := context.AfterFunc(row.Context(), cancel)
+	defer stop()
+	return m.Members(rctx)
 }

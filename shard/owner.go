@@ -17,6 +17,9 @@ import (
 // the shard set changed) or the member left the group.
 var ErrReassigned = errors.New("shard: reassigned")
 
+// ErrLeft (placeholder).
+var ErrLeft = errors.New("shard: left")
+
 // Shard is one term of ownership of a shard: the shard's lease, acquired
 // with a fencing token of its own. It is what [Member.Run] passes to its
 // function, with a Context cancelled when the term ends.
