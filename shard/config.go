@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pglocks/pglocks"
@@ -46,8 +47,10 @@ var (
 // that default.
 type Config struct {
 	// Group names the group. Members with the same Group on the same lease
-	// table share its shards. It must pass [pglocks.ValidateName] and be at
-	// most MaxNameLen bytes.
+	// table share its shards. It must pass [pglocks.ValidateName], be at
+	// most MaxNameLen bytes and contain no '#': the group's leases are
+	// named "<Group>#m:<identity>" (member rows) and "<Group>#s:<shard>"
+	// (shards), and no other user of the table may take such names.
 	Group string
 
 	// Shards are the names of the group's shards: at least one, each
@@ -88,6 +91,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if err := checkName("Group", cfg.Group); err != nil {
 		return bad("%v", err)
+	}
+	if strings.Contains(cfg.Group, "#") {
+		// The group's lease names are "<Group>#m:…" and "<Group>#s:…":
+		// group "g#m:x" would make member rows of group g.
+		return bad("Group %q contains '#', which separates the group from the rest of its lease names", cfg.Group)
 	}
 	if cfg.Store == nil {
 		return bad("Store is required")

@@ -101,17 +101,19 @@ func (m *Member) Members(ctx context.Context) ([]string, error) {
 	if ctx == nil {
 		return nil, errors.New("shard: Members: nil ctx")
 	}
-	infos, err := m.cfg.Store.List(ctx)
+	infos, err := m.cfg.Store.ListPrefix(ctx, m.memberPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("shard: list members of %q: %w", m.cfg.Group, err)
 	}
 	var ids []string
 	for _, i := range infos {
+		// Group has no '#': a name with this prefix is this group's
+		// member row, and no other group's.
 		if id, ok := strings.CutPrefix(i.Name, m.memberPrefix()); ok && i.Held {
 			ids = append(ids, id)
 		}
 	}
-	return ids, nil // List orders by name
+	return ids, nil // ListPrefix orders by name
 }
 
 // Target returns the shards that member identity owns when members are
