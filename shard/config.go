@@ -36,6 +36,10 @@ var (
 	// ErrIdentityInUse is wrapped by the error of [Member.Run] when the
 	// member row of its identity is held by another live member (another
 	// process, or another Member value, with the same Config.Identity).
+	// A row found held is first waited for, as long as it has left plus
+	// PollInterval (so at most TTL + PollInterval): the row of a crashed
+	// process with this identity expires meanwhile and Run joins; only a
+	// row still held after that — renewed by a live holder — is refused.
 	ErrIdentityInUse = errors.New("shard: member identity already in use")
 	// ErrRunning is returned by [Member.Run] called while another Run of
 	// the same Member is under way.
@@ -66,8 +70,10 @@ type Config struct {
 	Store *lease.Store
 
 	// Identity names this member in the group. Two live members with one
-	// identity are refused ([ErrIdentityInUse]). Default: hostname, pid
-	// and a random suffix, unique per Member.
+	// identity are refused ([ErrIdentityInUse]); a stable identity (a pod
+	// name) restarting after a crash waits for its old row to expire, at
+	// most TTL, and joins. Default: hostname, pid and a random suffix,
+	// unique per Member.
 	Identity string
 
 	// TTL is the time to live of the member row and of every shard lease:

@@ -187,15 +187,9 @@ func (m *Member) Run(ctx context.Context, fn func(ctx context.Context, s Shard))
 
 // membership is one membership: join, follow the member list, leave.
 func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)) error {
-	st := m.cfg.Store
-	row, err := st.TryAcquire(ctx, m.memberPrefix()+m.cfg.Identity, m.cfg.TTL, lease.WithKeepAlive())
-	var held *lease.HeldError
-	if errors.As(err, &held) {
-		return fmt.Errorf("%w: group %q, identity %q (the row expires in %v unless its holder renews it)",
-			ErrIdentityInUse, m.cfg.Group, m.cfg.Identity, held.ExpiresIn)
-	}
+	row, err := m.join(ctx)
 	if err != nil {
-		return fmt.Errorf("shard: join group %q: %w", m.cfg.Group, err)
+		return err
 	}
 	o := newOwners(m, fn)
 	defer func() {
@@ -250,4 +244,41 @@ func (m *Member) readMembers(ctx context.Context, row *lease.Lease) ([]string, e
 	stop := context.AfterFunc(row.Context(), cancel)
 	defer stop()
 	return m.Members(rctx)
+}
+
+// join acquires the member row. A row of this identity found held is
+// waited for, as long as it has left plus PollInterval: a crashed
+// predecessor's row expires by then, and a release still in flight (an
+// earlier membership of this Member) wakes the wait at once. A row still
+// held after that was renewed, or taken again, meanwhile: another live
+// member has this identity, and the error wraps [ErrIdentityInUse]. Each
+// statement is bounded by TTL.
+func (m *Member) join(ctx context.Context) (*lease.Lease, error) {
+	name := m.memberPrefix() + m.cfg.Identity
+	try := func() (*lease.Lease, error) {
+		tctx, cancel := context.WithTimeout(ctx, m.cfg.TTL)
+		defer cancel()
+		return m.cfg.Store.TryAcquire(tctx, name, m.cfg.TTL, lease.WithKeepAlive())
+	}
+	row, err := try()
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		wait := held.ExpiresIn + m.cfg.PollInterval
+		m.cfg.Logger.Info("shard: member row of this identity is held; waiting for its release or expiry",
+			"group", m.cfg.Group, "member", m.cfg.Identity, "expires_in", held.ExpiresIn)
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		row, err = m.cfg.Store.Acquire(wctx, name, m.cfg.TTL, lease.WithKeepAlive())
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			row, err = try()
+		}
+	}
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("%w: group %q, identity %q: its member row is still held, renewed after it was due to expire",
+			ErrIdentityInUse, m.cfg.Group, m.cfg.Identity)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shard: join group %q: %w", m.cfg.Group, err)
+	}
+	return row, nil
 }
