@@ -43,18 +43,34 @@ type ranMember struct {
 
 	mu     sync.Mutex
 	causes []error
+	ended  error // Run's error, once it returned
+	over   bool
+}
+
+// running fails the test if Run returned, and reports true.
+func (r *ranMember) running(t *testing.T) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.over {
+		t.Fatalf("Run returned early: %v", r.ended)
+	}
+	return true
 }
 
 func runMember(t *testing.T, m *shard.Member) *ranMember {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &ranMember{m: m, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- m.Run(ctx, func(ctx context.Context, s shard.Shard) {
+		err := m.Run(ctx, func(ctx context.Context, s shard.Shard) {
 			<-ctx.Done()
 			r.mu.Lock()
 			r.causes = append(r.causes, context.Cause(ctx))
 			r.mu.Unlock()
 		})
+		r.mu.Lock()
+		r.ended, r.over = err, true
+		r.mu.Unlock()
+		r.done <- err
 	}()
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -173,7 +189,7 @@ func TestRestartSameIdentity(t *testing.T) {
 	}
 	start := time.Now()
 	r := runMember(t, m)
-	waitFor(t, 30*time.Second, "the restarted a owns every shard", func() bool { return len(m.Owned()) == 4 })
+	waitFor(t, 30*time.Second, "the restarted a owns every shard", func() bool { return r.running(t) && len(m.Owned()) == 4 })
 	t.Logf("restarted member owns its shards after %v (TTL %v)", time.Since(start), ttl)
 
 	dup, err := shard.New(shard.Config{Group: "g", Shards: g.shards, Store: newCalcStore(t, g), Identity: "a", TTL: ttl, PollInterval: poll})
@@ -193,7 +209,6 @@ func TestRestartSameIdentity(t *testing.T) {
 	if n := len(m.Owned()); n != 4 {
 		t.Errorf("the live member owns %d of 4 shards after the duplicate's attempt", n)
 	}
-	_ = r
 }
 
 // TestLeaveCause: when Run's ctx ends, every shard's Context ends with
