@@ -219,7 +219,11 @@ func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)
 	o := newOwners(octx, m, fn)
 	defer func() {
 		stop()
-		leave(fmt.Errorf("%w: its member row was lost: %w", ErrLeft, context.Cause(row.Context())))
+		if ctx.Err() != nil || row.Context().Err() == nil {
+			leave(ErrLeft)
+		} else {
+			leave(fmt.Errorf("%w: its member row was lost: %w", ErrLeft, context.Cause(row.Context())))
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.TTL)
 		defer cancel()
 		_ = row.Release(rctx)
