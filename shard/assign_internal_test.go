@@ -63,10 +63,12 @@ func TestAssignBalanced(t *testing.T) {
 }
 
 // TestAssignMovement measures the shards moved when one member joins or
-// leaves, over 20 random member sets, as a multiple of N/M (M the larger
-// set). Pinned at what the scheme does (a regression guard, not the ideal
-// of 1.0): for M ≤ 5 the mean within 1.25 and the worst within 1.6 for
-// N = 100; within 1.2 and 1.35 for N = 1,000, M ≤ 10.
+// leaves, over 20 member sets, as a multiple of N/M (M the larger set).
+// The sets are fixed, so the figures are too; pinned at what the scheme
+// does (a regression guard, not the ideal of 1.0), as docs/shards.md and
+// the package doc state them: N = 100, M ≤ 6: mean ≤ 1.25, worst ≤ 1.45
+// (measured 1.23, 1.44); N = 100, M ≤ 11: mean ≤ 1.6, worst ≤ 2.0
+// (1.56, 1.98); N = 1,000, M ≤ 10: mean ≤ 1.2, worst ≤ 1.3 (1.18, 1.25).
 func TestAssignMovement(t *testing.T) {
 	for _, n := range []int{100, 1000} {
 		for m := 1; m <= 10; m++ {
@@ -85,11 +87,14 @@ func TestAssignMovement(t *testing.T) {
 			}
 			mean := sum / trials
 			t.Logf("N=%d M=%d↔%d: moved/(N/M) mean %.3f worst %.3f", n, m, m+1, mean, worst)
-			meanMax, worstMax := 1.25, 1.6
-			if n == 1000 {
-				meanMax, worstMax = 1.2, 1.35
+			meanMax, worstMax := 1.25, 1.45
+			switch {
+			case n == 1000:
+				meanMax, worstMax = 1.2, 1.3
+			case m > 5:
+				meanMax, worstMax = 1.6, 2.0
 			}
-			if (m <= 5 || n == 1000) && (mean > meanMax || worst > worstMax) {
+			if mean > meanMax || worst > worstMax {
 				t.Errorf("N=%d M=%d↔%d: moved/(N/M) mean %.3f worst %.3f", n, m, m+1, mean, worst)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pglocks/pglocks"
@@ -35,6 +36,10 @@ var (
 	// ErrIdentityInUse is wrapped by the error of [Member.Run] when the
 	// member row of its identity is held by another live member (another
 	// process, or another Member value, with the same Config.Identity).
+	// A row found held is first waited for, as long as it has left plus
+	// PollInterval (so at most TTL + PollInterval): the row of a crashed
+	// process with this identity expires meanwhile and Run joins; only a
+	// row still held after that — renewed by a live holder — is refused.
 	ErrIdentityInUse = errors.New("shard: member identity already in use")
 	// ErrRunning is returned by [Member.Run] called while another Run of
 	// the same Member is under way.
@@ -46,8 +51,10 @@ var (
 // that default.
 type Config struct {
 	// Group names the group. Members with the same Group on the same lease
-	// table share its shards. It must pass [pglocks.ValidateName] and be at
-	// most MaxNameLen bytes.
+	// table share its shards. It must pass [pglocks.ValidateName], be at
+	// most MaxNameLen bytes and contain no '#': the group's leases are
+	// named "<Group>#m:<identity>" (member rows) and "<Group>#s:<shard>"
+	// (shards), and no other user of the table may take such names.
 	Group string
 
 	// Shards are the names of the group's shards: at least one, each
@@ -63,8 +70,10 @@ type Config struct {
 	Store *lease.Store
 
 	// Identity names this member in the group. Two live members with one
-	// identity are refused ([ErrIdentityInUse]). Default: hostname, pid
-	// and a random suffix, unique per Member.
+	// identity are refused ([ErrIdentityInUse]); a stable identity (a pod
+	// name) restarting after a crash waits for its old row to expire, at
+	// most TTL, and joins. Default: hostname, pid and a random suffix,
+	// unique per Member.
 	Identity string
 
 	// TTL is the time to live of the member row and of every shard lease:
@@ -88,6 +97,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if err := checkName("Group", cfg.Group); err != nil {
 		return bad("%v", err)
+	}
+	if strings.Contains(cfg.Group, "#") {
+		// The group's lease names are "<Group>#m:…" and "<Group>#s:…":
+		// group "g#m:x" would make member rows of group g.
+		return bad("Group %q contains '#', which separates the group from the rest of its lease names", cfg.Group)
 	}
 	if cfg.Store == nil {
 		return bad("Store is required")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,18 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(pgtest.WrapMain(m, pgtest.WithTemplate(func(ctx context.Context, conn *pgx.Conn) error {
+	opts := []pgtest.Option{}
+	if os.Getenv("PGLOCKS_STRESS") != "" {
+		// restRate's breakdown of the statements at rest.
+		opts = append(opts, pgtest.WithSetting("shared_preload_libraries", "pg_stat_statements"),
+			pgtest.WithSetting("pg_stat_statements.track", "all"))
+	}
+	goleak.VerifyTestMain(pgtest.WrapMain(m, append(opts, pgtest.WithTemplate(func(ctx context.Context, conn *pgx.Conn) error {
+		if os.Getenv("PGLOCKS_STRESS") != "" {
+			if _, err := conn.Exec(ctx, "create extension if not exists pg_stat_statements"); err != nil {
+				return err
+			}
+		}
 		ddl, err := lease.SchemaSQL(lease.Config{})
 		if err != nil {
 			return err
@@ -34,7 +46,7 @@ func TestMain(m *testing.M) {
 		_, err = conn.Exec(ctx, `create table fence (shard text primary key, token bigint not null, member text not null);
 create table overlap (shard text, token bigint, member text, seen bigint, at timestamptz default clock_timestamp())`)
 		return err
-	})))
+	}))...))
 }
 
 // group is the test's view of a set of members of one group, each with

@@ -12,10 +12,18 @@ import (
 	"github.com/pglocks/pglocks/lease"
 )
 
-// ErrReassigned is the cause of a shard's Context when its member gave the
-// shard up because the assignment moved it elsewhere (a member joined, or
-// the shard set changed) or the member left the group.
-var ErrReassigned = errors.New("shard: reassigned")
+var (
+	// ErrReassigned is the cause of a shard's Context when its member
+	// gives the shard up because the assignment moved it elsewhere (a
+	// member joined or left, or the shard set changed). It wraps
+	// context.Canceled.
+	ErrReassigned = fmt.Errorf("shard: reassigned: %w", context.Canceled)
+	// ErrLeft is the cause of a shard's Context when its member leaves the
+	// group: Run's ctx ended, or the member row was lost (the cause then
+	// wraps the row's loss too, and the member joins again). It wraps
+	// context.Canceled.
+	ErrLeft = fmt.Errorf("shard: member left the group: %w", context.Canceled)
+)
 
 // Shard is one term of ownership of a shard: the shard's lease, acquired
 // with a fencing token of its own. It is what [Member.Run] passes to its
@@ -49,25 +57,33 @@ func (s Shard) Lease() *lease.Lease { return s.lease }
 
 // owners runs one goroutine per shard the member wants.
 type owners struct {
-	m  *Member
-	fn func(context.Context, Shard)
-	wg sync.WaitGroup
+	ctx context.Context // the membership's: its end ends every owner
+	m   *Member
+	fn  func(context.Context, Shard)
+	wg  sync.WaitGroup
 	// want maps each wanted shard to the cancel of its goroutine's ctx.
 	want map[string]context.CancelCauseFunc
+
+	// The last assignment, and the member set and shard set generation
+	// it was computed from.
+	cached  bool
+	gen     uint64
+	members []string
+	target  []string
 }
 
-func newOwners(m *Member, fn func(context.Context, Shard)) *owners {
-	return &owners{m: m, fn: fn, want: map[string]context.CancelCauseFunc{}}
+func newOwners(ctx context.Context, m *Member, fn func(context.Context, Shard)) *owners {
+	return &owners{ctx: ctx, m: m, fn: fn, want: map[string]context.CancelCauseFunc{}}
 }
 
 // set starts an owner for every shard of target not yet wanted and stops
 // those of shards no longer in it.
-func (o *owners) set(ctx context.Context, target []string) {
+func (o *owners) set(target []string) {
 	keep := make(map[string]bool, len(target))
 	for _, s := range target {
 		keep[s] = true
 		if o.want[s] == nil {
-			sctx, cancel := context.WithCancelCause(ctx)
+			sctx, cancel := context.WithCancelCause(o.ctx)
 			o.want[s] = cancel
 			o.wg.Go(func() { o.own(sctx, s) })
 		}
@@ -80,14 +96,14 @@ func (o *owners) set(ctx context.Context, target []string) {
 	}
 }
 
-// stopAll stops every owner and waits for them: every fn has returned and
-// every shard is released when it returns.
-func (o *owners) stopAll() {
+// wait waits for every owner, once the membership's ctx has ended: every
+// fn has returned and every shard is released when it returns.
+func (o *owners) wait() {
+	o.wg.Wait()
 	for s, cancel := range o.want {
-		cancel(ErrReassigned)
+		cancel(nil)
 		delete(o.want, s)
 	}
-	o.wg.Wait()
 }
 
 // own acquires the shard, waiting while another member holds it (a
@@ -122,10 +138,14 @@ func (o *owners) hold(ctx context.Context, s string, l *lease.Lease) {
 	tctx, cancel := context.WithCancelCause(l.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	o.m.setHeld(s, l.Token(), true)
+	// Owned stops listing the shard as soon as the term ends, not once fn
+	// returns: a lost lease may be someone else's once it expires.
+	unlist := context.AfterFunc(tctx, func() { o.m.setHeld(s, l.Token(), false) })
+	defer unlist()
 	cfg.Logger.Debug("shard: acquired", "group", cfg.Group, "member", cfg.Identity, "shard", s, "token", l.Token())
 	o.fn(tctx, Shard{Name: s, Token: l.Token(), lease: l})
 	<-tctx.Done()
-	o.m.setHeld(s, 0, false)
+	o.m.setHeld(s, l.Token(), false)
 	stop()
 	cancel(nil)
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.TTL)
@@ -138,13 +158,14 @@ func (o *owners) hold(ctx context.Context, s string, l *lease.Lease) {
 	}
 }
 
-// setHeld records whether shard s is held, for Owned.
+// setHeld records whether the term of shard s with token is held, for
+// Owned; the end of an older term does not unlist a newer one.
 func (m *Member) setHeld(s string, token int64, held bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if held {
 		m.held[s] = token
-	} else {
+	} else if m.held[s] == token {
 		delete(m.held, s)
 	}
 }
