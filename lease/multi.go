@@ -51,10 +51,19 @@ func (e *HeldAllError) Unwrap() []error {
 	return errs
 }
 
-// soonest is the shortest time any holder of e had left.
+// locked reports whether some names of e were not held but locked.
+func (e *HeldAllError) locked() bool {
+	return slices.ContainsFunc(e.Held, func(h HeldError) bool { return h.Locked })
+}
+
+// soonest is the shortest time any holder of e had left (0 when none was
+// held: only locked).
 func (e *HeldAllError) soonest() time.Duration {
 	d := time.Duration(-1)
 	for _, h := range e.Held {
+		if h.Locked {
+			continue
+		}
 		if d < 0 || h.ExpiresIn < d {
 			d = h.ExpiresIn
 		}
@@ -124,7 +133,7 @@ func (s *Store) AcquireAll(ctx context.Context, names []string, ttl time.Duratio
 			for i, h := range held.Held {
 				watch[i] = h.Name
 			}
-			return busy{watch: watch, wait: held.soonest()}, err
+			return busy{watch: watch, wait: held.soonest(), locked: held.locked()}, err
 		}
 		return busy{}, err
 	})
@@ -146,6 +155,9 @@ func (s *Store) tryAll(ctx context.Context, names []string, ttl time.Duration, o
 	case len(res.held) > 0:
 		slices.SortFunc(res.held, func(a, b HeldError) int { return strings.Compare(a.Name, b.Name) })
 		return nil, &HeldAllError{Held: res.held}
+	case len(res.lost) > 0:
+		slices.SortFunc(res.lost, func(a, b HeldError) int { return strings.Compare(a.Name, b.Name) })
+		return nil, &HeldAllError{Held: res.lost}
 	}
 	slices.SortFunc(ls, func(a, b *Lease) int { return strings.Compare(a.name, b.name) })
 	return ls, nil

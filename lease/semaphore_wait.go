@@ -54,7 +54,7 @@ func (m *Semaphore) Acquire(ctx context.Context, n int, ttl time.Duration, opts 
 				return busy{watch: []string{}, wait: 0}, err // try at once, as the turn's holder
 			}
 		}
-		return busy{watch: m.watched(full), wait: full.ExpiresIn}, err
+		return busy{watch: m.watched(full), wait: full.ExpiresIn, locked: full.Locked > 0}, err
 	})
 	return m.observe(true, start, p, err)
 }
@@ -76,14 +76,18 @@ func (m *Semaphore) takeTurn(ctx context.Context, n int) *Lease {
 	return l
 }
 
-// dropTurn releases the turn, if any, on a context detached from ctx.
+// dropTurn releases the turn, if any, never past ctx: with ctx while it
+// lasts (Release settles an outcome ctx's end leaves unknown in the
+// background), else in the background at once. Whatever happens, the
+// turn expires within its TTL.
 func (m *Semaphore) dropTurn(ctx context.Context, turn *Lease) {
-	if turn == nil {
-		return
+	switch {
+	case turn == nil:
+	case ctx.Err() == nil:
+		_ = turn.Release(ctx)
+	default:
+		turn.releaseDetached()
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), turnTTL)
-	defer cancel()
-	_ = turn.Release(rctx) // whatever its outcome, the turn expires within turnTTL
 }
 
 // watched are the names whose change may let a failed try pass: every
