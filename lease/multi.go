@@ -82,8 +82,12 @@ func (e *HeldAllError) soonest() time.Duration {
 // nothing. The statement never waits for a row lock: two calls over
 // overlapping sets, in any order, cannot deadlock, and a row another
 // statement has locked at that moment (a racing acquisition, a Guard)
-// makes the statement take nothing and run again, up to 100 times with a
-// short backoff. If the outcome is unknown (the reply was lost, ctx ended
+// makes the statement take nothing and run again with a short backoff;
+// after a few such races the names whose rows stay locked are reported
+// as a HeldAllError too, each [HeldError] with Locked set. The one wait
+// it has: inserting a name that has no row yet waits for another
+// transaction's uncommitted insert of the same name, and then fails and
+// runs again if that one commits. If the outcome is unknown (the reply was lost, ctx ended
 // while the statement ran), the error says so and every name is cleaned
 // up in the background by the attempt's id, as [Store.TryAcquire] does
 // for one name.

@@ -145,8 +145,10 @@ func (m *Semaphore) Name() string {
 // a lowered limit) plus n, plus the permits a waiting [Semaphore.Acquire]
 // holding the turn reserves, do not exceed the limit. Otherwise the error
 // is a [*FullError] (errors.Is ErrHeld) and the try locked and wrote
-// nothing. n above the stored limit is an error wrapping
-// [ErrInvalidPermits]. Unknown outcomes are handled as for
+// nothing. A race lost to rows other transactions hold locked is retried
+// a few times, then reported as a FullError with Locked set. n above the
+// stored limit is an error wrapping [ErrInvalidPermits]. Unknown outcomes
+// are handled as for
 // [Store.TryAcquireAll]: every slot is cleaned up by the attempt's id in
 // the background. The Observer sees one Acquire event named after the
 // semaphore, and one Start per permit. ctx bounds the call.
