@@ -77,7 +77,7 @@ func (s *Store) try(ctx context.Context, name string, ttl time.Duration, o optio
 		case err != nil:
 			if outcome.Of(err) == outcome.Unknown {
 				if !sh.settled {
-					s.cleanup(name, attempt, ttl, sh.b)
+					s.cleanup([]string{name}, attempt, ttl, sh.b)
 				}
 				return nil, fmt.Errorf("%w (%w: the attempt is being cleaned up in the background)", err, errUnknown)
 			}
@@ -118,14 +118,21 @@ func (s *Store) acquireKind(name string, full bool) (int64, acquireKind) {
 	return seen, acquireRetake
 }
 
-// cleanup frees, in the background, the acquisition that the attempt of
-// that id may have made. If the attempt's connection was closed with its
-// statement possibly still running on backend b, that backend is ended
-// first (see endBackend): a cleanup that ran before the statement's late
-// commit would find nothing and leave the name held for the whole TTL by
-// an owner no caller received. The caller must be inside enter/exit.
-func (s *Store) cleanup(name string, attempt uuid.UUID, ttl time.Duration, b backend) {
+// cleanup frees, in the background, the acquisitions that the attempt of
+// that id may have made of any of names (one name for Store.TryAcquire,
+// the set for TryAcquireAll, every slot a semaphore may have for it), in
+// one statement scoped to the attempt id. If the attempt's connection was
+// closed with its statement possibly still running on backend b, that
+// backend is ended first, once (see endBackend): a cleanup that ran
+// before the statement's late commit would find nothing and leave the
+// names held for the whole TTL by an owner no caller received. The
+// caller must be inside enter/exit.
+func (s *Store) cleanup(names []string, attempt uuid.UUID, ttl time.Duration, b backend) {
 	ended := b.pid == 0
+	keys := make([]int64, len(names))
+	for i, name := range names {
+		keys[i] = interestKey(s.q.channel, name)
+	}
 	s.settle(ttl, func(ctx context.Context) error {
 		if !ended {
 			// A fatal error (no pg_stat_activity, say) cannot pass later:
@@ -135,7 +142,7 @@ func (s *Store) cleanup(name string, attempt uuid.UUID, ttl time.Duration, b bac
 			}
 			ended = true
 		}
-		_, err := s.pool.Exec(ctx, s.q.cleanupSQL, name, pgUUID(attempt), s.q.channel, interestKey(s.q.channel, name))
+		_, err := s.pool.Exec(ctx, s.q.cleanupSQL, names, pgUUID(attempt), s.q.channel, keys)
 		return err
 	})
 }

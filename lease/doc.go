@@ -177,10 +177,18 @@
 // lock (SKIP LOCKED, rows in name order), so calls over overlapping sets
 // cannot deadlock: a row locked at that moment makes it take nothing and
 // run again (TestAcquireAllNoDeadlock: 16 goroutines over random sets of
-// 1–5 of 8 names). [Store.AcquireAll] waits as Acquire does, woken by a
-// release of any of the names. An unknown outcome is cleaned up name by
-// name by the attempt's id, as for one name. At most [MaxAcquireAll]
-// (64) names; the Observer sees one Acquire event per name.
+// 1–5 of 8 names). Its one wait: inserting a name that has no row yet
+// waits for another transaction's uncommitted insert of that name (and
+// then runs again if that one commits). A row that stays locked through
+// a few tries (an expired lease's row under a Guard's open transaction)
+// is reported as a HeldAllError whose [HeldError] has Locked set, rather
+// than retried for ever (TestAcquireAllRegressGuardedExpired).
+// [Store.AcquireAll] waits as Acquire does, woken by a release of any of
+// the names, and polls locked rows with growing backoff. An unknown
+// outcome is cleaned up by the attempt's id, in one statement over every
+// name, after the attempt's backend is ended, as for one name. At most
+// [MaxAcquireAll] (64) names; the Observer sees one Acquire event per
+// name.
 //
 // A [Semaphore] ([Store.Semaphore]) grants at most limit permits at a
 // time, across processes; a permit is a lease on the row "<name>#slot",
@@ -189,20 +197,41 @@
 // none, in one statement: the lowest free slots. The limit lives in the
 // row "<name>#limit", shared by every process: the first acquisition
 // stores the limit given to Store.Semaphore, [Semaphore.SetLimit] changes
-// it. The rule: a permit is granted only while the permits held (in any
-// slot, above a lowered limit too) plus n, plus those a waiting turn
-// reserves, do not exceed the limit; a lower limit revokes nothing, and
-// the count may exceed it until enough permits are released
-// (TestSemaphoreBasics). A [Semaphore.Acquire] whose try failed takes
-// the turn ("<name>#turn", a short kept-alive lease recording its n), and
-// while it holds it others take permits only when enough remain for both,
-// so a waiter for several permits is not starved by single-permit takers
-// (TestSemaphoreNoStarvation, which fails without the turn). [Permits]
-// end when any of their leases does: their Context is cancelled, and Lost
-// closed if it was lost. Under killed sessions and random deadlines the
-// permits trusted at once never exceed the limit, and each slot's tokens
-// grow (TestSemaphoreStress). The Observer sees one Acquire event named
-// after the semaphore, and a Start per permit.
+// it. That row is written held for good by the nil UUID, so a lease
+// acquisition of its name reports it held and cannot overwrite the limit
+// (TestSemaphoreRegressLimitRowNotALease); it shows in [Store.List]. The
+// rule: a permit is granted only while the permits held (in any slot,
+// above a lowered limit too) plus n, plus those a waiting turn reserves,
+// do not exceed the limit; a lower limit revokes nothing, and the count
+// may exceed it until enough permits are released (TestSemaphoreBasics).
+// A grant holds the limit row FOR KEY SHARE and takes nothing if the limit
+// changed since its snapshot, and SetLimit locks that row FOR UPDATE, so
+// SetLimit returns only after every grant that used the old limit has
+// committed, and every later grant sees their permits
+// (TestSemaphoreRegressSetLimitRace); a stream of overlapping grants can
+// delay SetLimit. While permits above a lowered limit are held, grants
+// serialize on the limit row (TestSemaphoreRegressOverLimitRace). A
+// lost race over slot rows is retried, and rows that stay locked are
+// reported as a [*FullError] with Locked set, not as a full semaphore. A
+// [Semaphore.Acquire] whose try failed takes the turn ("<name>#turn", a
+// short kept-alive lease recording its n), and while it holds it others
+// take permits only when enough remain for both, so the waiter holding the
+// turn is not starved by smaller takers (TestSemaphoreNoStarvation, which
+// fails without the turn); a turn for n = limit keeps every TryAcquire
+// out until all permits are released. That is the whole fairness claim:
+// the waiters without the turn compete for it in no particular order. A
+// waiting Acquire registers with the listener for every slot up to the
+// highest limit ever set, the turn and the limit row (a shared advisory
+// lock each on the listener's session). Acquire never returns past its
+// ctx: a turn release ctx cuts short goes on in the background. An
+// unknown outcome is cleaned up by the attempt's id over every slot below
+// [MaxSemaphoreLimit], whatever limit the caller knew
+// (TestSemaphoreRegressUnknownAboveLocalLimit). [Permits] end when any of
+// their leases does: their Context is cancelled, and Lost closed if it
+// was lost. Under killed sessions and random deadlines the permits
+// trusted at once never exceed the limit, and each slot's tokens grow
+// (TestSemaphoreStress). The Observer sees one Acquire event named after
+// the semaphore, and a Start per permit.
 //
 // # Guarantees, and the tests that hold them
 //

@@ -96,12 +96,21 @@ type HeldError struct {
 	// ExpiresIn is how long the holder's lease had left by the server clock
 	// when the try ran. The holder may renew or release it meanwhile.
 	ExpiresIn time.Duration
+	// Locked reports a name that had no live holder, but whose row stayed
+	// locked by another transaction through several tries of
+	// [Store.TryAcquireAll] (a Guard still open over the expired lease,
+	// an acquisition not yet committed); Owner is then the zero UUID and
+	// ExpiresIn 0.
+	Locked bool
 }
 
 // Error describes the holder.
 func (e *HeldError) Error() string {
 	if e == nil {
 		return "lease: nil *HeldError"
+	}
+	if e.Locked {
+		return fmt.Sprintf("lease %q: not held (token %d), but its row stays locked by another transaction", e.Name, e.Token)
 	}
 	return fmt.Sprintf("lease %q: held by %s (token %d) for another %v",
 		e.Name, e.Owner, e.Token, e.ExpiresIn.Round(time.Microsecond))

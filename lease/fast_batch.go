@@ -127,7 +127,7 @@ func (s *Store) fastBatch(batch []*queuedFast) {
 			sh.err = err
 		}
 		if !q.answer(sh) && (unknown || sh.r.acquired) {
-			s.cleanup(q.name, q.attempt, q.ttl, b)
+			s.cleanup([]string{q.name}, q.attempt, q.ttl, b)
 		}
 	}
 }

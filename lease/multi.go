@@ -51,10 +51,19 @@ func (e *HeldAllError) Unwrap() []error {
 	return errs
 }
 
-// soonest is the shortest time any holder of e had left.
+// locked reports whether some names of e were not held but locked.
+func (e *HeldAllError) locked() bool {
+	return slices.ContainsFunc(e.Held, func(h HeldError) bool { return h.Locked })
+}
+
+// soonest is the shortest time any holder of e had left (0 when none was
+// held: only locked).
 func (e *HeldAllError) soonest() time.Duration {
 	d := time.Duration(-1)
 	for _, h := range e.Held {
+		if h.Locked {
+			continue
+		}
 		if d < 0 || h.ExpiresIn < d {
 			d = h.ExpiresIn
 		}
@@ -73,8 +82,12 @@ func (e *HeldAllError) soonest() time.Duration {
 // nothing. The statement never waits for a row lock: two calls over
 // overlapping sets, in any order, cannot deadlock, and a row another
 // statement has locked at that moment (a racing acquisition, a Guard)
-// makes the statement take nothing and run again, up to 100 times with a
-// short backoff. If the outcome is unknown (the reply was lost, ctx ended
+// makes the statement take nothing and run again with a short backoff;
+// after a few such races the names whose rows stay locked are reported
+// as a HeldAllError too, each [HeldError] with Locked set. The one wait
+// it has: inserting a name that has no row yet waits for another
+// transaction's uncommitted insert of the same name, and then fails and
+// runs again if that one commits. If the outcome is unknown (the reply was lost, ctx ended
 // while the statement ran), the error says so and every name is cleaned
 // up in the background by the attempt's id, as [Store.TryAcquire] does
 // for one name.
@@ -124,7 +137,7 @@ func (s *Store) AcquireAll(ctx context.Context, names []string, ttl time.Duratio
 			for i, h := range held.Held {
 				watch[i] = h.Name
 			}
-			return busy{watch: watch, wait: held.soonest()}, err
+			return busy{watch: watch, wait: held.soonest(), locked: held.locked()}, err
 		}
 		return busy{}, err
 	})
@@ -146,6 +159,9 @@ func (s *Store) tryAll(ctx context.Context, names []string, ttl time.Duration, o
 	case len(res.held) > 0:
 		slices.SortFunc(res.held, func(a, b HeldError) int { return strings.Compare(a.Name, b.Name) })
 		return nil, &HeldAllError{Held: res.held}
+	case len(res.lost) > 0:
+		slices.SortFunc(res.lost, func(a, b HeldError) int { return strings.Compare(a.Name, b.Name) })
+		return nil, &HeldAllError{Held: res.lost}
 	}
 	slices.SortFunc(ls, func(a, b *Lease) int { return strings.Compare(a.name, b.name) })
 	return ls, nil

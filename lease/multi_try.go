@@ -11,13 +11,21 @@ import (
 	"github.com/pglocks/pglocks/internal/outcome"
 )
 
+// lostRaces is how many races in a row tryMulti loses to rows locked by
+// other transactions before it reports them (multiResult.lost): a racing
+// acquisition commits within a few of its backoff steps, a Guard's
+// transaction may not end for long, and nothing announces its end.
+const lostRaces = 5
+
 // allStmt runs one all-or-none acquire statement on db with the attempt
 // id attempt.
 type allStmt func(ctx context.Context, db querier, attempt uuid.UUID) (multiResult, error)
 
 // tryMulti runs stmt, an all-or-none acquisition of some of the names
 // maybe (every name it may take), until it takes its names, finds them
-// held or full, or fails; it is try for a set of names. Each attempt has
+// held or full, or fails; it is try for a set of names. After lostRaces
+// races lost to rows that other transactions keep locked it returns the
+// result that names them (multiResult.lost or lostFull). Each attempt has
 // a fresh attempt id, recorded in every row it takes. A lost race (no
 // row came back), a racing first acquisition of one of the names (23505)
 // and a serialization failure are tried again after a short backoff. If
@@ -30,15 +38,13 @@ func (s *Store) tryMulti(ctx context.Context, maybe []string, ttl time.Duration,
 	}
 	defer s.exit()
 	bo := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
+	lost := 0
 	for range 100 {
 		attempt, err := uuid.NewRandom()
 		if err != nil {
 			return nil, multiResult{}, fmt.Errorf("lease: new attempt id: %w", err)
 		}
-		seen := make(map[string]int64, len(maybe))
-		for _, name := range maybe {
-			seen[name], _ = s.seen.get(name)
-		}
+		seen := s.seen.known(maybe)
 		var res multiResult
 		b, err := s.onConn(ctx, func(db querier) (err error) {
 			res, err = stmt(ctx, db, attempt)
@@ -53,9 +59,7 @@ func (s *Store) tryMulti(ctx context.Context, maybe []string, ttl time.Duration,
 		switch {
 		case err != nil && (serialization(err) || outcome.SQLState(err) == "23505"):
 		case err != nil && outcome.Of(err) == outcome.Unknown:
-			for _, name := range maybe {
-				s.cleanup(name, attempt, ttl, b)
-			}
+			s.cleanup(maybe, attempt, ttl, b)
 			return nil, multiResult{}, fmt.Errorf("%w (%w: the attempt is being cleaned up in the background)", err, errUnknown)
 		case err != nil:
 			return nil, multiResult{}, err
@@ -69,6 +73,10 @@ func (s *Store) tryMulti(ctx context.Context, maybe []string, ttl time.Duration,
 			return nil, res, nil
 		case res.full != nil:
 			return nil, res, nil
+		case len(res.lost) > 0 || res.lostFull != nil:
+			if lost++; lost >= lostRaces {
+				return nil, res, nil // rows that stay locked: reported as busy, not spun on
+			}
 		}
 		// A lost race, a racing insert, a serialization failure: again.
 		if werr := bo.Wait(ctx); werr != nil {

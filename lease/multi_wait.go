@@ -13,10 +13,13 @@ import (
 
 // busy is what a failed try of a set reports to await: the names whose
 // release may let the next try pass, and the longest it need wait for a
-// holder that vanishes (the soonest expiry it saw).
+// holder that vanishes (the soonest expiry it saw); locked: some rows
+// were free but locked by other transactions, whose end nothing
+// announces, so the wait is at most a growing backoff.
 type busy struct {
-	watch []string
-	wait  time.Duration
+	watch  []string
+	wait   time.Duration
+	locked bool
 }
 
 // await runs try until it returns neither a busy set (watch) nor a
@@ -49,7 +52,11 @@ func (s *Store) await(ctx context.Context, try func(ctx context.Context) (busy, 
 				continue
 			}
 			wait = ws.lis.pollWait(b.wait + jitter(b.wait))
-			bo.Reset()
+			if next := bo.Next(); b.locked && (b.wait == 0 || next < wait) {
+				wait = next // rows locked: poll them with backoff, or wait for the soonest expiry if sooner
+			} else if !b.locked {
+				bo.Reset()
+			}
 		case retryable(err) && ctx.Err() == nil:
 			wait = bo.Next()
 		default:

@@ -145,11 +145,13 @@ where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp()
 returning {GIVEUP}, ` + notify("$4", "$5::bigint"))
 	q.releaseManySQL = r.Replace(releaseManySQL)
-	// cleanup frees the acquisition an ambiguous acquire attempt may have
-	// made, by the attempt's own id: it cannot touch any other.
-	q.cleanupSQL = r.Replace(`update {T} set owner = null, expires_at = clock_timestamp()
-where name = $1 and attempt = $2 and owner is not null and expires_at > clock_timestamp()
-returning {GIVEUP}, ` + notify("$3", "$4::bigint"))
+	// cleanup frees the acquisitions an ambiguous acquire attempt may have
+	// made of the names $1 (interest keys $4), by the attempt's own id: it
+	// cannot touch any other.
+	q.cleanupSQL = r.Replace(`update {T} l set owner = null, expires_at = clock_timestamp()
+from unnest($1::text[], $4::bigint[]) as k(name, key)
+where l.name = k.name and l.attempt = $2 and l.owner is not null and l.expires_at > clock_timestamp()
+returning {GIVEUP}, case when pg_try_advisory_xact_lock(k.key) then null else pg_notify($3, 'r' || l.name) end`)
 	q.assertSQL = r.Replace(`select {LEFT} from {T}
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp()`)
 	q.guardSQL = r.Replace(`select expires_at from {T}

@@ -71,6 +71,19 @@ func (m *tokenMemory) get(name string) (seen int64, free bool) {
 	return t.max, t.max > 0 && t.freed == t.max
 }
 
+// known returns the highest token seen for each of names that has one.
+func (m *tokenMemory) known(names []string) map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := make(map[string]int64)
+	for _, name := range names {
+		if t := m.m[name]; t.max > 0 {
+			seen[name] = t.max
+		}
+	}
+	return seen
+}
+
 // observe records that token was seen for name.
 func (m *tokenMemory) observe(name string, token int64) {
 	m.update(name, func(t *tokens) { t.max = max(t.max, token) })

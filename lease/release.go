@@ -118,17 +118,52 @@ func (l *Lease) stopKeepAlive(ctx context.Context) error {
 		l.mu.Lock()
 		l.end(err, true)
 		l.mu.Unlock()
-		s := l.store
-		name, owner, token := l.name, l.owner, l.token
-		s.releaseInBackground(l.Handle(), l.ttl, func(ctx context.Context) error {
-			if err := ka.wait(ctx); err != nil {
-				return err
-			}
-			return s.releaseRow(ctx, name, owner, token)
-		})
+		l.releaseAfter(ka)
 		return err
 	}
 	return nil
+}
+
+// releaseAfter releases the lease's row in the background once the
+// renewal of ka under way, if any, is over. The caller must be inside
+// enter/exit.
+func (l *Lease) releaseAfter(ka *keepAlive) {
+	s := l.store
+	name, owner, token := l.name, l.owner, l.token
+	s.releaseInBackground(l.Handle(), l.ttl, func(ctx context.Context) error {
+		if ka != nil {
+			if err := ka.wait(ctx); err != nil {
+				return err
+			}
+		}
+		return s.releaseRow(ctx, name, owner, token)
+	})
+}
+
+// releaseDetached is Release for a caller whose ctx has ended: the lease
+// ends at once as released (no one else can hold the name before the
+// release runs or the row expires), its keep-alive stops, and the row is
+// released in the background as after a Release whose ctx ended.
+func (l *Lease) releaseDetached() {
+	s := l.store
+	if s.enter() != nil {
+		return // closed: the row expires at the end of its TTL
+	}
+	defer s.exit()
+	l.mu.Lock()
+	if l.ended && errors.Is(l.err, ErrReleased) {
+		l.mu.Unlock()
+		return
+	}
+	l.releasing = true
+	ka := l.ka
+	l.end(fmt.Errorf("%w, in the background: lease %q: the caller's context had ended", ErrReleased, short(l.name)), false)
+	l.mu.Unlock()
+	if ka != nil {
+		ka.signalStop()
+		s.kickRenewer()
+	}
+	l.releaseAfter(ka)
 }
 
 // notSent ends the lease after a release that was not sent, or that the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,6 +43,12 @@ type FullError struct {
 	// ExpiresIn is how long the permit (or turn) expiring first had left
 	// by the server clock when the try ran.
 	ExpiresIn time.Duration
+	// Locked, when not 0, says there was room, but that many of the
+	// semaphore's rows (free slots, or the limit row while grants
+	// serialize on it) stayed locked by other transactions through
+	// several tries — a Guard of an expired permit's lease, acquisitions
+	// not yet committed — so the try could not take them.
+	Locked int
 
 	slots int // slot rows that may be held: the highest limit set
 }
@@ -52,6 +59,9 @@ func (e *FullError) Error() string {
 		return "lease: nil *FullError"
 	}
 	msg := fmt.Sprintf("semaphore %q: %d of %d permits held, %d wanted", e.Name, e.Held, e.Limit, e.Want)
+	if e.Locked > 0 {
+		msg += fmt.Sprintf(", but %d of its rows stayed locked by other transactions", e.Locked)
+	}
 	if e.Reserved > 0 {
 		msg += fmt.Sprintf(", %d reserved by a waiter's turn", e.Reserved)
 	}
@@ -75,6 +85,9 @@ type Semaphore struct {
 	s     *Store
 	name  string
 	limit int // until one is stored
+
+	slotsOnce sync.Once
+	slots     []string // every slot name up to MaxSemaphoreLimit
 }
 
 // Semaphore returns the semaphore name of the store with limit, the limit
@@ -132,8 +145,10 @@ func (m *Semaphore) Name() string {
 // a lowered limit) plus n, plus the permits a waiting [Semaphore.Acquire]
 // holding the turn reserves, do not exceed the limit. Otherwise the error
 // is a [*FullError] (errors.Is ErrHeld) and the try locked and wrote
-// nothing. n above the stored limit is an error wrapping
-// [ErrInvalidPermits]. Unknown outcomes are handled as for
+// nothing. A race lost to rows other transactions hold locked is retried
+// a few times, then reported as a FullError with Locked set. n above the
+// stored limit is an error wrapping [ErrInvalidPermits]. Unknown outcomes
+// are handled as for
 // [Store.TryAcquireAll]: every slot is cleaned up by the attempt's id in
 // the background. The Observer sees one Acquire event named after the
 // semaphore, and one Start per permit. ctx bounds the call.
@@ -163,10 +178,16 @@ func (m *Semaphore) check(ctx context.Context, n int, ttl time.Duration, opts []
 func (m *Semaphore) try(ctx context.Context, n int, ttl time.Duration, o options, turn uuid.UUID) (*Permits, *FullError, error) {
 	s := m.s
 	host, meta := hostMeta(s.cfg, o)
-	maybe := make([]string, m.limit)
-	for i := range maybe {
-		maybe[i] = m.slot(i)
-	}
+	// Any slot below MaxSemaphoreLimit may be taken: the stored limit,
+	// not m.limit, bounds them (see tryMulti, which cleans them up by
+	// attempt id after an unknown outcome).
+	m.slotsOnce.Do(func() {
+		m.slots = make([]string, MaxSemaphoreLimit)
+		for i := range m.slots {
+			m.slots[i] = m.slot(i)
+		}
+	})
+	maybe := m.slots
 	var turnArg any
 	if turn != uuid.Nil {
 		turnArg = pgUUID(turn)
@@ -186,6 +207,8 @@ func (m *Semaphore) try(ctx context.Context, n int, ttl time.Duration, o options
 		return nil, res.full, outcome.MarkFatal(fmt.Errorf("%w: n = %d is above the semaphore's limit %d", ErrInvalidPermits, n, res.full.Limit))
 	case res.full != nil:
 		return nil, res.full, res.full
+	case res.lostFull != nil:
+		return nil, res.lostFull, res.lostFull
 	}
 	return newPermits(m.name, ls), nil, nil
 }
@@ -196,22 +219,25 @@ func (m *Semaphore) scan(rows pgx.Rows, n int) (multiResult, error) {
 	var res multiResult
 	for rows.Next() {
 		var (
-			ok                           bool
+			kind                         string
 			name                         *string
 			token                        *int64
 			exp                          *time.Time
 			us                           int64
 			held, lim, reserved, slotsNo int
 		)
-		if err := rows.Scan(&ok, &name, &token, &exp, &us, nil, &held, &lim, &reserved, &slotsNo); err != nil {
+		if err := rows.Scan(&kind, &name, &token, &exp, &us, nil, &held, &lim, &reserved, &slotsNo); err != nil {
 			return multiResult{}, err
 		}
 		d := time.Duration(us) * time.Microsecond
-		if ok {
+		switch kind {
+		case "t":
 			res.taken = append(res.taken, taken{name: *name, token: *token, expiresAt: *exp, lag: d})
-			continue
+		case "f":
+			res.full = &FullError{Name: m.name, Want: n, Held: held, Limit: lim, Reserved: reserved, ExpiresIn: d, slots: slotsNo}
+		default: // a lost race; us is the number of free slot rows it could not lock
+			res.lostFull = &FullError{Name: m.name, Want: n, Held: held, Limit: lim, Reserved: reserved, Locked: max(int(us), 1), slots: slotsNo}
 		}
-		res.full = &FullError{Name: m.name, Want: n, Held: held, Limit: lim, Reserved: reserved, ExpiresIn: d, slots: slotsNo}
 	}
 	return res, rows.Err()
 }

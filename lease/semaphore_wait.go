@@ -16,21 +16,34 @@ const turnTTL = 5 * time.Second
 // Acquire takes n permits for ttl, waiting until that many are free or
 // ctx ends. Each try is that of [Semaphore.TryAcquire]. A waiter whose
 // try failed takes the semaphore's turn, when nobody else has it: a lease
-// "<name>#turn" of a few seconds, kept alive while it waits, recording n.
-// While one waiter holds the turn, others take permits only when enough
-// are free for both them and the turn's n, so a waiter for several
-// permits is not starved by a stream of single-permit takers: the
-// permits released meanwhile are kept for it. The turn is released when
-// the waiter takes its permits or gives up. Waiters without the turn
-// wait for it in no particular order. Between tries it waits as
-// [Store.Acquire] does: a release of any permit, of the turn or a change
-// of the limit wakes it (LISTEN/NOTIFY), a holder that vanished is
-// noticed at the soonest expiry, transient errors are retried with
-// backoff. A cancelled wait leaves nothing held.
+// "<name>#turn" of a few seconds (within Config.MaxTTL; a Config under
+// which no valid turn TTL exists is an error), kept alive while it waits,
+// recording n. While one waiter holds the turn, others take permits only
+// when enough are free for both them and the turn's n, so the waiter
+// holding the turn is not starved by a stream of smaller takers: the
+// permits released meanwhile are kept for it. A turn for n = limit keeps
+// every TryAcquire out until all permits are released. The turn is
+// released when the waiter takes its permits or gives up (never past
+// ctx: a release ctx cuts short goes on in the background). That is the
+// whole fairness guarantee: waiters without the turn compete for it, and
+// for permits, in no particular order, so one of them may wait through
+// many turns of others. Between tries it waits as [Store.Acquire] does: a
+// release of any permit, of the turn or a change of the limit wakes it
+// (LISTEN/NOTIFY), a holder that vanished is noticed at the soonest
+// expiry, rows other transactions keep locked are polled with backoff,
+// transient errors are retried with backoff. A waiting Acquire registers
+// with the store's listener for every slot that may be held (up to the
+// highest limit ever set), the turn and the limit row: one shared
+// advisory lock each on the listener's session, taken once per name and
+// store. A cancelled wait leaves nothing held.
 func (m *Semaphore) Acquire(ctx context.Context, n int, ttl time.Duration, opts ...Option) (*Permits, error) {
 	o, err := m.check(ctx, n, ttl, opts)
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: acquire: %w", short(m.Name()), err)
+	}
+	tTTL, tOpts, err := m.turnOptions(ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore %q: acquire: %w", short(m.name), err)
 	}
 	start := m.s.cfg.Now()
 	var (
@@ -50,40 +63,52 @@ func (m *Semaphore) Acquire(ctx context.Context, n int, ttl time.Duration, opts 
 			return busy{}, err
 		}
 		if turn == nil {
-			if turn = m.takeTurn(ctx, n); turn != nil {
+			if turn = m.takeTurn(ctx, tTTL, tOpts); turn != nil {
 				return busy{watch: []string{}, wait: 0}, err // try at once, as the turn's holder
 			}
 		}
-		return busy{watch: m.watched(full), wait: full.ExpiresIn}, err
+		return busy{watch: m.watched(full), wait: full.ExpiresIn, locked: full.Locked > 0}, err
 	})
 	return m.observe(true, start, p, err)
 }
 
-// takeTurn takes the semaphore's turn for a waiter for n permits, or
-// returns nil: another waiter has it, or the try failed (the waiter then
-// waits without it).
-func (m *Semaphore) takeTurn(ctx context.Context, n int) *Lease {
+// turnOptions returns the TTL and options of the turn of a waiter for n
+// permits: turnTTL, at least three safety margins, at most Config.MaxTTL,
+// kept alive. A Config under which no such TTL is valid is an error (the
+// waiter could never take the turn, so it would wait without fairness).
+func (m *Semaphore) turnOptions(ctx context.Context, n int) (time.Duration, options, error) {
 	s := m.s
 	ttl := min(max(turnTTL, 3*s.cfg.SafetyMargin), s.cfg.MaxTTL)
 	o, err := s.check(ctx, m.name+"#turn", ttl, []Option{WithKeepAlive(), WithMetadata(turnMeta(n))})
 	if err != nil {
-		return nil
+		return 0, options{}, fmt.Errorf("the turn's TTL %v (kept alive) is not valid under this Config: %w", ttl, err)
 	}
-	l, err := s.try(ctx, m.name+"#turn", ttl, o)
+	return ttl, o, nil
+}
+
+// takeTurn takes the semaphore's turn, or returns nil: another waiter has
+// it, or the try failed (the waiter then waits without it, and tries for
+// the turn again after its next failed try).
+func (m *Semaphore) takeTurn(ctx context.Context, ttl time.Duration, o options) *Lease {
+	l, err := m.s.try(ctx, m.name+"#turn", ttl, o)
 	if err != nil {
 		return nil
 	}
 	return l
 }
 
-// dropTurn releases the turn, if any, on a context detached from ctx.
+// dropTurn releases the turn, if any, never past ctx: with ctx while it
+// lasts (Release settles an outcome ctx's end leaves unknown in the
+// background), else in the background at once. Whatever happens, the
+// turn expires within its TTL.
 func (m *Semaphore) dropTurn(ctx context.Context, turn *Lease) {
-	if turn == nil {
-		return
+	switch {
+	case turn == nil:
+	case ctx.Err() == nil:
+		_ = turn.Release(ctx)
+	default:
+		turn.releaseDetached()
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), turnTTL)
-	defer cancel()
-	_ = turn.Release(rctx) // whatever its outcome, the turn expires within turnTTL
 }
 
 // watched are the names whose change may let a failed try pass: every
