@@ -74,8 +74,8 @@ func startDocker(ctx context.Context, cfg config) (*Server, error) {
 		return nil, fmt.Errorf("container %s not ready: %w", shortID(res.Container.ID), err)
 	}
 	d.preferDirect(ctx)
-	s := &Server{mode: ModeDocker, cfg: cfg, adminDSN: d.dsn, backend: d}
-	if err := s.init(ctx, "pgtest_template"); err != nil {
+	s := newServer(ModeDocker, cfg, d.dsn, d)
+	if err := s.init(ctx); err != nil {
 		return nil, fmt.Errorf("container %s: %w", shortID(res.Container.ID), err)
 	}
 	ok = true

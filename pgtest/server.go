@@ -39,10 +39,18 @@ type Server struct {
 	mode     Mode
 	cfg      config
 	adminDSN string // superuser, maintenance database
-	template string // database every CreateDatabase clones
+	template string // database every CreateDatabase clones by default
 	version  int    // server_version_num
+	runID    string // in every database name this process makes (see sweep.go)
 
-	backend backend // nil in ModeDSN
+	backend backend   // nil in ModeDSN
+	runLock *pgx.Conn // holds this run's lock (see sweep.go); under mu
+
+	mu        sync.Mutex
+	templates map[string]*tplState // by template name
+	pools     map[string]*dbPool   // by template name
+	kept      map[string]struct{}  // databases of failed tests
+	stopping  chan struct{}        // closed by Close: pools stop filling
 
 	closeOnce sync.Once
 	closeErr  error
@@ -95,24 +103,65 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 }
 
 func startDSN(ctx context.Context, cfg config) (*Server, error) {
-	s := &Server{mode: ModeDSN, cfg: cfg, adminDSN: cfg.dsn}
-	// Other test binaries may share this server; give ours its own template.
-	if err := s.init(ctx, "pgtest_tpl_"+randomHex(6)); err != nil {
+	s := newServer(ModeDSN, cfg, cfg.dsn, nil)
+	if err := s.init(ctx); err != nil {
 		return nil, fmt.Errorf("pgtest: PGTEST_DSN server %s: %w", redact(cfg.dsn), err)
 	}
 	return s, nil
 }
 
-// init connects, reads the server version and creates the template database.
-func (s *Server) init(ctx context.Context, template string) error {
+func newServer(mode Mode, cfg config, adminDSN string, b backend) *Server {
+	return &Server{mode: mode, cfg: cfg, adminDSN: adminDSN, backend: b, runID: randomHex(4),
+		templates: map[string]*tplState{}, pools: map[string]*dbPool{}, kept: map[string]struct{}{},
+		stopping: make(chan struct{})}
+}
+
+// init takes the run's lock (see sweep.go: in every mode, since another
+// run may reach a throwaway server by its DSN), then initDBs.
+func (s *Server) init(ctx context.Context) error {
+	if err := s.holdRunLock(ctx); err != nil {
+		return err
+	}
+	if err := s.initDBs(ctx); err != nil {
+		s.releaseRunLock()
+		return err
+	}
+	return nil
+}
+
+// initDBs connects, reads the server version, checks that the role may
+// create databases, sweeps what dead runs left (ModeDSN), and makes the
+// default template: the [WithMigrator] one, shared by hash, or one of this
+// run's own that the [WithTemplate] setup fills.
+func (s *Server) initDBs(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, s.adminDSN)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := conn.QueryRow(ctx, "select current_setting('server_version_num')::int").Scan(&s.version); err != nil {
+	var super, createdb bool
+	if err := conn.QueryRow(ctx, `select current_setting('server_version_num')::int, rolsuper, rolcreatedb
+		from pg_roles where rolname = current_user`).Scan(&s.version, &super, &createdb); err != nil {
 		return err
 	}
+	if !super && !createdb {
+		return errors.New("the role may not create databases: pgtest needs a superuser, or at least a role with CREATEDB")
+	}
+	if s.mode == ModeDSN {
+		if err := s.sweep(ctx, conn); err != nil {
+			return err
+		}
+	}
+	if s.cfg.migrator != nil {
+		s.template, err = s.migratedTemplate(ctx, s.cfg.migrator)
+		return err
+	}
+	return s.ownTemplate(ctx, conn)
+}
+
+// ownTemplate creates this run's template and runs the WithTemplate setup.
+func (s *Server) ownTemplate(ctx context.Context, conn *pgx.Conn) error {
+	template := s.dbName("template")
 	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{template}.Sanitize()); err != nil {
 		return fmt.Errorf("create template database: %w", err)
 	}
@@ -164,75 +213,42 @@ func (s *Server) Restart(ctx context.Context) error {
 	if err := s.backend.restart(ctx); err != nil {
 		return fmt.Errorf("pgtest: restart: %w", err)
 	}
+	// The restart ended the session that held the run's lock.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseRunLock()
+	if err := s.holdRunLock(ctx); err != nil {
+		return fmt.Errorf("pgtest: restart: %w", err)
+	}
 	return nil
 }
 
 // Close removes a throwaway server with its files or container, or for a
-// [ModeDSN] server drops the template database. It is idempotent.
+// [ModeDSN] server drops this run's databases (its template, the clones
+// made ahead, a failed test's database) but not the templates of
+// [WithMigrator], which later runs reuse. It is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.stopping)
+		s.stopPools()
+		s.mu.Lock()
+		lockConn := s.runLock
+		s.runLock = nil
+		s.mu.Unlock()
+		defer func() {
+			if lockConn != nil {
+				_ = lockConn.Close(context.Background())
+			}
+		}()
 		if s.backend != nil {
 			s.closeErr = s.backend.close()
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		s.closeErr = s.dropDatabase(ctx, s.template)
+		s.closeErr = s.dropRun(ctx)
 	})
 	return s.closeErr
-}
-
-// Database is one database on a [Server], as made by [Server.CreateDatabase].
-type Database struct {
-	// Name is the database's name.
-	Name string
-	// DSN connects to it as superuser.
-	DSN string
-
-	server *Server
-}
-
-// CreateDatabase creates a fresh database, a clone of the server's template
-// (empty, or as the [WithTemplate] setup left it). Drop it with
-// [Database.Drop].
-func (s *Server) CreateDatabase(ctx context.Context) (*Database, error) {
-	name := "pgtest_" + randomHex(6)
-	conn, err := pgx.Connect(ctx, s.adminDSN)
-	if err != nil {
-		return nil, fmt.Errorf("pgtest: create database: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	sql := "create database " + pgx.Identifier{name}.Sanitize() + " template " + pgx.Identifier{s.template}.Sanitize()
-	if s.version >= 150000 {
-		// FILE_COPY copies a small template faster than the default
-		// WAL_LOG strategy, which writes every page to WAL.
-		sql += " strategy file_copy"
-	}
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		return nil, fmt.Errorf("pgtest: create database: %w", err)
-	}
-	return &Database{Name: name, DSN: s.ConnString(name), server: s}, nil
-}
-
-// Drop drops the database, terminating any sessions still connected to it.
-func (d *Database) Drop(ctx context.Context) error {
-	return d.server.dropDatabase(ctx, d.Name)
-}
-
-func (s *Server) dropDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, s.adminDSN)
-	if err != nil {
-		return fmt.Errorf("pgtest: drop database %s: %w", name, err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	sql := "drop database if exists " + pgx.Identifier{name}.Sanitize()
-	if s.version >= 130000 {
-		sql += " with (force)"
-	}
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		return fmt.Errorf("pgtest: drop database %s: %w", name, err)
-	}
-	return nil
 }
 
 func randomHex(n int) string {
