@@ -99,4 +99,3 @@ func copyTree(ctx context.Context, src, dst string) error {
 	}
 	return nil
 }
-

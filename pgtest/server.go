@@ -50,6 +50,7 @@ type Server struct {
 	templates map[string]*tplState // by template name
 	pools     map[string]*dbPool   // by template name
 	kept      map[string]struct{}  // databases of failed tests
+	txDBs     map[string]*txDB     // NewTx's databases, by template
 	stopping  chan struct{}        // closed by Close: pools stop filling
 
 	closeOnce sync.Once
@@ -229,8 +230,11 @@ func (s *Server) Restart(ctx context.Context) error {
 // [WithMigrator], which later runs reuse. It is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
 		close(s.stopping)
+		s.mu.Unlock()
 		s.stopPools()
+		s.closeTxPools()
 		s.mu.Lock()
 		lockConn := s.runLock
 		s.runLock = nil
