@@ -68,7 +68,7 @@ func templateOID(t *testing.T, dsn string, m pgtest.Migrator) (oid uint32, n int
 func TestMigratorTemplateReused(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.SharedServer(t).DSN()
-	token := pgtest.RandomTokenForTest()
+	token := pgtest.RandomToken()
 	var runs atomic.Int32
 	m := counting{pgtest.SQLFiles(migrations(token, "create table orders (id int);"), "m/*.sql"), &runs}
 	for run := range 2 {
@@ -139,7 +139,7 @@ func tableCount(t *testing.T, dsn string, want int) {
 func TestMigratorFails(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.SharedServer(t)
-	bad := pgtest.SQLFiles(migrations(pgtest.RandomTokenForTest(), "create table oops (;"), "m/*.sql")
+	bad := pgtest.SQLFiles(migrations(pgtest.RandomToken(), "create table oops (;"), "m/*.sql")
 	for range 2 {
 		_, err := srv.CreateDatabase(ctxT(t, time.Minute), pgtest.WithMigrator(bad))
 		if err == nil || !strings.Contains(err.Error(), "m/002_more.sql") || !strings.Contains(err.Error(), "dropped") {
@@ -172,7 +172,7 @@ func (v versioned) Migrate(ctx context.Context, conn *pgx.Conn) error {
 func TestMigratorCollision(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.SharedServer(t)
-	version := "release-" + pgtest.RandomTokenForTest()
+	version := "release-" + pgtest.RandomToken()
 	a := versioned{version, "create table a (x int)"}
 	b := versioned{version, "create table b (x int)"}
 	if _, err := srv.CreateDatabase(ctxT(t, time.Minute), pgtest.WithMigrator(a)); err != nil {

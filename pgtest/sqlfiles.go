@@ -93,3 +93,7 @@ func (m sqlFiles) Migrate(ctx context.Context, conn *pgx.Conn) error {
 	}
 	return nil
 }
+
+// RandomToken returns 16 random hex digits: a comment that makes a
+// migration set unique to one test, when a test must make its own template.
+func RandomToken() string { return randomHex(8) }
