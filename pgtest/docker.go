@@ -136,7 +136,8 @@ func dockerRunOptions(cfg config, hostPort int) *dockertest.RunOptions {
 		Env:        []string{"POSTGRES_HOST_AUTH_METHOD=trust", "POSTGRES_INITDB_ARGS=--no-sync"},
 		Entrypoint: []string{"/bin/sh", "-c", `while :; do docker-entrypoint.sh postgres "$@"; done`, "pgtest"},
 		Cmd:        args,
-		Labels:     map[string]string{"org.pglocks.pgtest": "1", "org.pglocks.pgtest.pid": strconv.Itoa(os.Getpid())},
+		Labels: map[string]string{"org.pglocks.pgtest": "1", "org.pglocks.pgtest.pid": strconv.Itoa(os.Getpid()),
+			"org.pglocks.pgtest.tmpdir": os.TempDir()},
 		PortBindings: map[dc.Port][]dc.PortBinding{
 			"5432/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(hostPort)}},
 		},
