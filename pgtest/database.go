@@ -38,12 +38,9 @@ func (s *Server) CreateDatabase(ctx context.Context, opts ...Option) (*DB, error
 	if ctx == nil {
 		return nil, errors.New("pgtest: create database: nil context")
 	}
-	template := s.template
-	if m := dbConfig(opts).migrator; m != nil {
-		var err error
-		if template, err = s.migratedTemplate(ctx, m); err != nil {
-			return nil, err
-		}
+	template, err := s.templateFor(ctx, opts)
+	if err != nil {
+		return nil, err
 	}
 	return s.pool(template).take(ctx)
 }

@@ -39,7 +39,8 @@ type Server struct {
 	mode     Mode
 	cfg      config
 	adminDSN string // superuser, maintenance database
-	template string // database every CreateDatabase clones by default
+	ownMu    sync.Mutex // held while making the run's own template
+	template string     // the run's own template, once made; under ownMu
 	version  int    // server_version_num
 	runID    string // in every database name this process makes (see sweep.go)
 
@@ -153,23 +154,57 @@ func (s *Server) initDBs(ctx context.Context) error {
 			return err
 		}
 	}
-	if s.cfg.migrator != nil {
-		s.template, err = s.migratedTemplate(ctx, s.cfg.migrator)
-		return err
+	if s.cfg.migrator == nil && s.cfg.setup == nil {
+		return nil // an empty template, made when first needed
 	}
-	return s.ownTemplate(ctx, conn)
+	_, err = s.templateFor(ctx, nil)
+	return err
+}
+
+// templateFor returns the template a database of opts is cloned from: the
+// template of opts' [WithMigrator], else of the server's, else this run's
+// own (empty, or as [WithTemplate] left it), each made on first use.
+func (s *Server) templateFor(ctx context.Context, opts []Option) (string, error) {
+	m := dbConfig(opts).migrator
+	if m == nil {
+		m = s.cfg.migrator
+	}
+	if m != nil {
+		return s.migratedTemplate(ctx, m)
+	}
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if s.template == "" {
+		if err := s.ownTemplate(ctx); err != nil {
+			return "", err
+		}
+	}
+	return s.template, nil
 }
 
 // ownTemplate creates this run's template and runs the WithTemplate setup.
-func (s *Server) ownTemplate(ctx context.Context, conn *pgx.Conn) error {
+// A template half made is dropped.
+func (s *Server) ownTemplate(ctx context.Context) (err error) {
+	conn, err := pgx.Connect(ctx, s.adminDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
 	template := s.dbName("template")
 	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{template}.Sanitize()); err != nil {
-		return fmt.Errorf("create template database: %w", err)
+		return fmt.Errorf("create template database: %w", explainCreate(err))
 	}
-	s.template = template
 	if s.cfg.setup == nil {
+		s.template = template
 		return nil
 	}
+	defer func() {
+		if err != nil {
+			_ = s.dropWith(context.WithoutCancel(ctx), conn, template)
+		} else {
+			s.template = template
+		}
+	}()
 	tconn, err := pgx.Connect(ctx, s.ConnString(template))
 	if err != nil {
 		return err

@@ -76,12 +76,9 @@ func (s *Server) NewTx(t testing.TB, opts ...Option) pgx.Tx {
 // txPool returns the pool on the shared NewTx database of opts' template,
 // made on first use.
 func (s *Server) txPool(ctx context.Context, opts []Option) (*pgxpool.Pool, error) {
-	template := s.template
-	if m := dbConfig(opts).migrator; m != nil {
-		var err error
-		if template, err = s.migratedTemplate(ctx, m); err != nil {
-			return nil, err
-		}
+	template, err := s.templateFor(ctx, opts)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	select {
