@@ -195,6 +195,7 @@ func (c *Cluster) Promote(ctx context.Context) (time.Duration, error) {
 	c.primary, c.standby = c.standby, nil
 	// The old primary's files stay until Rejoin or Close.
 	c.retired = append(c.retired, old)
+	c.Server.resetAdmin() // its sessions were on the old primary
 	return time.Since(start), nil
 }
 

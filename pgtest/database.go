@@ -59,18 +59,13 @@ func dbConfig(opts []Option) config {
 // clone makes a new database of this run from template.
 func (s *Server) clone(ctx context.Context, template string) (*DB, error) {
 	name := s.dbName(randomHex(6))
-	conn, err := pgx.Connect(ctx, s.adminDSN)
-	if err != nil {
-		return nil, fmt.Errorf("pgtest: create database: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	sql := "create database " + pgx.Identifier{name}.Sanitize() + " template " + pgx.Identifier{template}.Sanitize()
 	if s.version >= 150000 {
 		// FILE_COPY copies a small template as fast as, or faster than,
 		// the default WAL_LOG strategy, which writes every page to WAL.
 		sql += " strategy file_copy"
 	}
-	if _, err := conn.Exec(ctx, sql); err != nil {
+	if err := s.adminExec(ctx, sql); err != nil {
 		return nil, fmt.Errorf("pgtest: create database: %w", explainCreate(err))
 	}
 	return &DB{Name: name, DSN: s.ConnString(name), Server: s}, nil
@@ -97,20 +92,22 @@ func (d *DB) Drop(ctx context.Context) error {
 }
 
 func (s *Server) dropDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, s.adminDSN)
-	if err != nil {
+	if err := s.adminExec(ctx, s.dropSQL(name)); err != nil {
 		return fmt.Errorf("pgtest: drop database %s: %w", name, err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	return s.dropWith(ctx, conn, name)
+	return nil
 }
 
-func (s *Server) dropWith(ctx context.Context, conn *pgx.Conn, name string) error {
+func (s *Server) dropSQL(name string) string {
 	sql := "drop database if exists " + pgx.Identifier{name}.Sanitize()
 	if s.version >= 130000 {
 		sql += " with (force)"
 	}
-	if _, err := conn.Exec(ctx, sql); err != nil {
+	return sql
+}
+
+func (s *Server) dropWith(ctx context.Context, conn *pgx.Conn, name string) error {
+	if _, err := conn.Exec(ctx, s.dropSQL(name)); err != nil {
 		return fmt.Errorf("pgtest: drop database %s: %w", name, err)
 	}
 	return nil

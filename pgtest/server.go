@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Mode says where a [Server] came from.
@@ -38,11 +39,11 @@ var ErrUnsupported = errors.New("pgtest: not supported in this mode")
 type Server struct {
 	mode     Mode
 	cfg      config
-	adminDSN string // superuser, maintenance database
+	adminDSN string     // superuser, maintenance database
 	ownMu    sync.Mutex // held while making the run's own template
 	template string     // the run's own template, once made; under ownMu
-	version  int    // server_version_num
-	runID    string // in every database name this process makes (see sweep.go)
+	version  int        // server_version_num
+	runID    string     // in every database name this process makes (see sweep.go)
 
 	backend backend   // nil in ModeDSN
 	runLock *pgx.Conn // holds this run's lock (see sweep.go); under mu
@@ -52,6 +53,7 @@ type Server struct {
 	pools     map[string]*dbPool   // by template name
 	kept      map[string]struct{}  // databases of failed tests
 	txDBs     map[string]*txDB     // NewTx's databases, by template
+	admin     *pgxpool.Pool        // see adminExec
 	stopping  chan struct{}        // closed by Close: pools stop filling
 
 	closeOnce sync.Once
@@ -249,9 +251,13 @@ func (s *Server) Restart(ctx context.Context) error {
 	if err := s.backend.restart(ctx); err != nil {
 		return fmt.Errorf("pgtest: restart: %w", err)
 	}
-	// The restart ended the session that held the run's lock.
+	// The restart ended the session that held the run's lock, and the
+	// admin pool's sessions.
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.admin != nil {
+		s.admin.Reset()
+	}
 	s.releaseRunLock()
 	if err := s.holdRunLock(ctx); err != nil {
 		return fmt.Errorf("pgtest: restart: %w", err)
@@ -270,6 +276,7 @@ func (s *Server) Close() error {
 		s.mu.Unlock()
 		s.stopPools()
 		s.closeTxPools()
+		s.closeAdmin()
 		s.mu.Lock()
 		lockConn := s.runLock
 		s.runLock = nil
