@@ -207,7 +207,8 @@ func TestMigratorBadInput(t *testing.T) {
 			t.Errorf("err = %v, want %q", err, tc.want)
 		}
 	}
-	if _, err := srv.CreateDatabase(nil); err == nil { //nolint:staticcheck // a nil ctx on purpose
+	//lint:ignore SA1012 a nil ctx on purpose
+	if _, err := srv.CreateDatabase(nil); err == nil {
 		t.Error("nil ctx: no error")
 	}
 	var nilDB *pgtest.DB
