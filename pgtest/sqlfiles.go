@@ -60,6 +60,9 @@ func (m sqlFiles) Hash() (string, error) {
 // same files apart) and of the names and contents of files in fsys: the
 // Hash of a [Migrator] of files.
 func HashFiles(fsys fs.FS, kind string, names []string) (string, error) {
+	if fsys == nil {
+		return "", errors.New("pgtest: hash files: nil file system")
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00", kind)
 	for _, name := range names {
@@ -75,6 +78,9 @@ func HashFiles(fsys fs.FS, kind string, names []string) (string, error) {
 
 // Migrate runs the files in order.
 func (m sqlFiles) Migrate(ctx context.Context, conn *pgx.Conn) error {
+	if conn == nil || ctx == nil {
+		return errors.New("pgtest: SQLFiles: nil connection or context")
+	}
 	names, err := m.files()
 	if err != nil {
 		return err

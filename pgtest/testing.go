@@ -204,6 +204,6 @@ func (s *Server) keep(t testing.TB, d *DB) {
 		t.Logf("pgtest: test failed; its database stays on the PGTEST_DSN server until a later run's sweep drops it: %s", redact(d.DSN))
 		return
 	}
-	t.Logf("pgtest: test failed; its database stays until the server is removed, when this test binary exits "+
-		"(with PGTEST_DSN it would outlive the run): %s", redact(d.DSN))
+	t.Logf("pgtest: test failed; its database stays as long as its throwaway server, which is removed when the test "+
+		"binary ends (a NewServer server: when its test ends); with PGTEST_DSN it would outlive the run: %s", redact(d.DSN))
 }

@@ -60,6 +60,9 @@ func (m migrator) Hash() (string, error) {
 // database/sql handle of its own (closed before it returns). A failed
 // migration's error names its file.
 func (m migrator) Migrate(ctx context.Context, conn *pgx.Conn) error {
+	if m.fsys == nil || conn == nil || ctx == nil {
+		return errors.New("pgtestgoose: nil file system, connection or context")
+	}
 	db := stdlib.OpenDB(*conn.Config())
 	defer db.Close()
 	p, err := goose.NewProvider(goose.DialectPostgres, db, m.fsys, m.opts...)

@@ -61,6 +61,9 @@ func (m migrator) Hash() (string, error) {
 // through a database/sql handle of its own (closed before it returns). A
 // failed migration's error names its file.
 func (m migrator) Migrate(ctx context.Context, conn *pgx.Conn) error {
+	if m.fsys == nil || conn == nil || ctx == nil {
+		return errors.New("pgtestmigrate: nil file system, connection or context")
+	}
 	src, err := iofs.New(m.fsys, m.dir)
 	if err != nil {
 		return fmt.Errorf("golang-migrate: %w", err)
