@@ -16,7 +16,7 @@ import (
 // template is migrated once per server and reused by every package's test
 // binary, and by later runs on a PGTEST_DSN server, until a file changes.
 func ExampleWithMigrator() {
-	var m *testing.M // TestMain's argument
+	var m *testing.M            // TestMain's argument
 	var migrations fstest.MapFS // an embed.FS with //go:embed migrations/*.sql
 	pgtest.Main(m, pgtest.WithMigrator(pgtest.SQLFiles(migrations, "migrations/*.sql")))
 	// Then in each test: db := pgtest.New(t): a database with the schema.
