@@ -13,8 +13,8 @@ import (
 )
 
 // A user's suite with its schema in SQL files (often an embed.FS): the
-// template is migrated once per server and reused by every package's test
-// binary, and by later runs on a PGTEST_DSN server, until a file changes.
+// template is migrated once per server; on a PGTEST_DSN server, every
+// package's test binary and every later run reuse it, until a file changes.
 func ExampleWithMigrator() {
 	var m *testing.M            // TestMain's argument
 	var migrations fstest.MapFS // an embed.FS with //go:embed migrations/*.sql

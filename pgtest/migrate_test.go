@@ -216,3 +216,53 @@ func TestMigratorBadInput(t *testing.T) {
 		t.Errorf("nil DB: err = %v", err)
 	}
 }
+
+// TestMigratorHalfMade proves that a template left half made — created, its
+// migrations cut short by a process that died — is dropped and made again,
+// never cloned.
+func TestMigratorHalfMade(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.SharedServer(t)
+	var runs atomic.Int32
+	m := counting{pgtest.SQLFiles(migrations(pgtest.RandomToken(), "create table orders (id int);"), "m/*.sql"), &runs}
+	hash, err := m.Hash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, time.Minute)
+	admin := connect(t, srv.DSN())
+	if _, err := admin.Exec(ctx, "create database "+pgx.Identifier{pgtest.TemplateNameForTest(hash)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	db, err := srv.CreateDatabase(ctx, pgtest.WithMigrator(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tableCount(t, db.DSN, 2)
+	if runs.Load() != 1 {
+		t.Fatalf("migrations ran %d times, want 1 (the half-made template remade)", runs.Load())
+	}
+}
+
+// TestNoCreateDB proves a clear error for a PGTEST_DSN role that may not
+// create databases.
+func TestNoCreateDB(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.SharedServer(t)
+	role := "pgtest_nocreate_" + pgtest.RandomToken()
+	admin := connect(t, srv.DSN())
+	ctx := ctxT(t, time.Minute)
+	if _, err := admin.Exec(ctx, "create role "+role+" login nocreatedb"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "drop role "+role) })
+	cfg, err := pgx.ParseConfig(srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := strings.Replace(srv.DSN(), "postgres://"+cfg.User+"@", "postgres://"+role+"@", 1)
+	_, err = pgtest.Start(ctx, pgtest.WithDSN(dsn))
+	if err == nil || !strings.Contains(err.Error(), "may not create databases") {
+		t.Fatalf("err = %v, want one saying the role may not create databases", err)
+	}
+}
