@@ -43,10 +43,10 @@ type Server struct {
 	ownMu    sync.Mutex // held while making the run's own template
 	template string     // the run's own template, once made; under ownMu
 	version  int        // server_version_num
-	runID    string     // in every database name this process makes (see sweep.go)
+	runID    string     // ModeDSN: in every database name this run makes (see sweep.go)
 
 	backend backend   // nil in ModeDSN
-	runLock *pgx.Conn // holds this run's lock (see sweep.go); under mu
+	runLock *pgx.Conn // ModeDSN: holds this run's lock (see sweep.go); under mu
 
 	mu        sync.Mutex
 	templates map[string]*tplState // by template name
@@ -120,9 +120,13 @@ func newServer(mode Mode, cfg config, adminDSN string, b backend) *Server {
 		stopping: make(chan struct{})}
 }
 
-// init takes the run's lock (see sweep.go: in every mode, since another
-// run may reach a throwaway server by its DSN), then initDBs.
+// init takes the run's lock on a server that outlives the run (ModeDSN,
+// see sweep.go), then initDBs. A throwaway server's databases go with it:
+// no lock, no run id in their names, nothing for a sweep to match.
 func (s *Server) init(ctx context.Context) error {
+	if s.mode != ModeDSN {
+		return s.initDBs(ctx)
+	}
 	if err := s.holdRunLock(ctx); err != nil {
 		return err
 	}
@@ -251,17 +255,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	if err := s.backend.restart(ctx); err != nil {
 		return fmt.Errorf("pgtest: restart: %w", err)
 	}
-	// The restart ended the session that held the run's lock, and the
-	// admin pool's sessions.
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.admin != nil {
-		s.admin.Reset()
-	}
-	s.releaseRunLock()
-	if err := s.holdRunLock(ctx); err != nil {
-		return fmt.Errorf("pgtest: restart: %w", err)
-	}
+	s.resetAdmin() // the restart ended its sessions
 	return nil
 }
 

@@ -34,8 +34,14 @@ import (
 // runDB matches the databases of a run and captures the run id.
 var runDB = regexp.MustCompile(`^pgtest_([0-9a-f]{8})_[a-z0-9]+$`)
 
-// dbName names a database of this run.
-func (s *Server) dbName(suffix string) string { return "pgtest_" + s.runID + "_" + suffix }
+// dbName names a database of this run: pgtest_<run>_<suffix> on a server
+// that outlives the run, pgtest_<suffix> on a throwaway one.
+func (s *Server) dbName(suffix string) string {
+	if s.mode != ModeDSN {
+		return "pgtest_" + suffix
+	}
+	return "pgtest_" + s.runID + "_" + suffix
+}
 
 func runKey(run string) int32 {
 	n, _ := strconv.ParseUint(run, 16, 32)
