@@ -17,19 +17,37 @@ const minMemFree = 1 << 30
 // minMemFree free; else the temp dir. A cluster in memory clones a
 // per-test database several times faster than one on disk, and fsync=off
 // makes its durability the same (none).
+//
+// Run as root, the cluster runs as another user (see unprivilegedUser),
+// who must reach the dir: a candidate that others cannot search (a private
+// TMPDIR made by mktemp -d, mode 0700) is passed over, for /dev/shm or
+// /tmp; PGTEST_TMPDIR is taken as given.
 func dataParent() string {
 	if dir := os.Getenv("PGTEST_TMPDIR"); dir != "" {
 		return dir
 	}
 	tmp := os.TempDir()
-	if memBacked(tmp, minMemFree) {
+	if memBacked(tmp, minMemFree) && reachable(tmp) {
 		return tmp
 	}
 	const shm = "/dev/shm"
-	if memBacked(shm, minMemFree) && writable(shm) {
+	if memBacked(shm, minMemFree) && writable(shm) && reachable(shm) {
 		return shm
 	}
+	if !reachable(tmp) {
+		return "/tmp"
+	}
 	return tmp
+}
+
+// reachable reports whether another user can search dir, when that matters
+// (we are root).
+func reachable(dir string) bool {
+	if os.Geteuid() != 0 {
+		return true
+	}
+	fi, err := os.Stat(dir)
+	return err == nil && fi.Mode().Perm()&0o001 != 0
 }
 
 // writable reports whether a file can be made in dir.

@@ -48,22 +48,28 @@ func runKey(run string) int32 {
 	return int32(uint32(n))
 }
 
-// holdRunLock opens the connection that holds this run's lock.
+// holdRunLock opens the connection that holds this run's lock. An id whose
+// lock is held (a sweep holds a dead run's lock while it drops) is
+// replaced by another.
 func (s *Server) holdRunLock(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, s.adminDSN)
 	if err != nil {
 		return err
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, "select pg_try_advisory_lock($1, $2)", runLockSpace, runKey(s.runID)).Scan(&ok); err != nil || !ok {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		if err == nil {
-			err = fmt.Errorf("run id %s is taken", s.runID)
+	for range 3 {
+		var ok bool
+		if err := conn.QueryRow(ctx, "select pg_try_advisory_lock($1, $2)", runLockSpace, runKey(s.runID)).Scan(&ok); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return fmt.Errorf("run lock: %w", err)
 		}
-		return fmt.Errorf("run lock: %w", err)
+		if ok {
+			s.runLock = conn
+			return nil
+		}
+		s.runID = randomHex(4)
 	}
-	s.runLock = conn
-	return nil
+	_ = conn.Close(context.WithoutCancel(ctx))
+	return errors.New("run lock: three run ids in a row were taken")
 }
 
 func (s *Server) releaseRunLock() {
