@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // initdbArgs are initdb's arguments after -D: the same for every throwaway
@@ -76,6 +77,14 @@ func fillCache(ctx context.Context, data, cache string) {
 	parent := filepath.Dir(cache)
 	if os.MkdirAll(parent, 0o755) != nil {
 		return
+	}
+	// Fills cut short by a process that died go after ten minutes.
+	if old, _ := filepath.Glob(filepath.Join(parent, ".fill-*")); len(old) > 0 {
+		for _, dir := range old {
+			if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > 10*time.Minute {
+				_ = os.RemoveAll(dir)
+			}
+		}
 	}
 	tmp, err := os.MkdirTemp(parent, ".fill-")
 	if err != nil {
