@@ -51,8 +51,30 @@ func TestSpeed(t *testing.T) {
 			})
 		}
 	})
+	report(t, "per-test database", took)
+	took = nil
+	t.Run("Tx", func(t *testing.T) {
+		for i := range n {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				t.Parallel()
+				start := time.Now()
+				tx := srv.NewTx(t)
+				var c int
+				if err := tx.QueryRow(t.Context(), "select count(*) from users").Scan(&c); err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				took = append(took, time.Since(start))
+				mu.Unlock()
+			})
+		}
+	})
+	report(t, "per-test NewTx", took)
+}
+
+func report(t *testing.T, what string, took []time.Duration) {
 	slices.Sort(took)
-	t.Logf("per-test database over %d: p50 %v, p95 %v, max %v", len(took),
+	t.Logf("%s over %d: p50 %v, p95 %v, max %v", what, len(took),
 		took[len(took)/2].Round(100*time.Microsecond), took[len(took)*95/100].Round(100*time.Microsecond), took[len(took)-1].Round(100*time.Microsecond))
 }
 
