@@ -23,8 +23,8 @@ type txDB struct {
 // NewTx gives the test a transaction, rolled back when the test ends, on a
 // database that every NewTx test of this binary shares (a clone of the
 // server's template, or of the [WithMigrator] template among opts). It is
-// the cheapest isolation, about a millisecond a test: no database is
-// made or dropped. Tests see nothing of one another, as long as nothing
+// the cheapest isolation, well under a millisecond a test: no database
+// is made or dropped. Tests see nothing of one another, as long as nothing
 // commits.
 //
 // Do not use it for code that needs a session of its own or commits:
