@@ -70,8 +70,8 @@ func StartCluster(ctx context.Context, opts ...Option) (*Cluster, error) {
 	if err := c.attach(ctx); err != nil {
 		return nil, fmt.Errorf("pgtest: cluster: %w", err)
 	}
-	c.Server = &Server{mode: ModeLocal, cfg: cfg, adminDSN: c.multiHostDSN(), backend: c}
-	if err := c.Server.init(ctx, "pgtest_template"); err != nil {
+	c.Server = newServer(ModeLocal, cfg, c.multiHostDSN(), c)
+	if err := c.Server.init(ctx); err != nil {
 		return nil, fmt.Errorf("pgtest: cluster: %w", err)
 	}
 	ok = true
@@ -195,6 +195,7 @@ func (c *Cluster) Promote(ctx context.Context) (time.Duration, error) {
 	c.primary, c.standby = c.standby, nil
 	// The old primary's files stay until Rejoin or Close.
 	c.retired = append(c.retired, old)
+	c.Server.resetAdmin() // its sessions were on the old primary
 	return time.Since(start), nil
 }
 

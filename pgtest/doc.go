@@ -24,9 +24,14 @@
 //     one from this machine's PostgreSQL, without a registry.
 //  3. Local binaries: initdb and postgres from PGTEST_BINDIR, else PATH, else
 //     `pg_config --bindir`, else the newest /usr/lib/postgresql/*/bin. The
-//     cluster lives in a temp dir with its Unix socket, listens on a free
-//     loopback port, runs with fsync off and max_connections 500, and — when
-//     the tests run as root, which initdb refuses — as the postgres user.
+//     cluster lives in a temp dir with its Unix socket, in memory where the
+//     machine has it (PGTEST_TMPDIR; else TMPDIR when it is tmpfs; else
+//     /dev/shm when writable with 1 GiB free; else TMPDIR), listens on a
+//     free loopback port, runs with fsync and full_page_writes off and
+//     max_connections 500, and — when the tests run as root, which initdb
+//     refuses — as the postgres user. Its files are a copy of one initdb
+//     kept in the user's cache directory per PostgreSQL build
+//     (PGTEST_INITDB_CACHE=0: run initdb every time).
 //
 // When none works, the error names all three ways and why each failed. In
 // -short mode without PGTEST_DSN, tests that need a server are skipped.
@@ -36,9 +41,36 @@
 //
 // # Isolation and teardown
 //
-// [New] gives each test its own database, cloned from a template (see
-// [WithTemplate]) and dropped when the test ends; a failed test's database is
-// kept, and its DSN logged, for as long as the server lives.
+// Three ways to isolate a test, cheapest last:
+//
+//   - [New]: the test's own database, a clone of the server's template,
+//     dropped when the test ends. Clones are made ahead in the background
+//     while tests run, so a test usually finds its database ready.
+//   - [New] with [WithMigrator] (or [Main] given one): the same, cloned
+//     from a template that the migrations made once per server and
+//     migration set, named by the Migrator's Hash, made under an advisory
+//     lock so that concurrent test binaries wait for one migration, and
+//     reused by later binaries and runs on the same server. Adapters:
+//     [SQLFiles]; pgtestgoose (goose) and pgtestmigrate (golang-migrate) in
+//     packages of their own. A template half made — its migration failed,
+//     its process died — has no completion mark, is dropped, and is never
+//     cloned.
+//   - [NewTx]: a transaction rolled back when the test ends, on a database
+//     that the binary's NewTx tests share; for code that needs no session
+//     of its own and never commits.
+//
+// A failed test's database is kept, and its DSN logged, for as long as the
+// server lives: a throwaway server goes when the test binary exits; on a
+// PGTEST_DSN server it stays until a later run's sweep.
+//
+// On a server that outlives the run (PGTEST_DSN), every database a run
+// makes carries the run's random id, and the run holds a session advisory
+// lock on that id for its lifetime. A run starting drops the databases of
+// every other run whose lock it can take — runs that are gone, killed or
+// not — and never those of a run whose lock is held. [Server.Close] drops
+// the run's own, but for failed tests'. Migrator templates belong to no
+// run and stay, one per migration set. A run whose lock session ends while
+// it goes on (the server restarted under it) counts as gone.
 //
 // A throwaway server is removed — processes, files, container — by
 // [Server.Close], which [Main] calls after the tests. Should the test binary
@@ -144,6 +176,6 @@
 //		db.Server.TerminateBackend(ctx, pid)
 //	}
 //
-// Environment: PGTEST_DSN, PGTEST_IMAGE, PGTEST_DOCKER, PGTEST_BINDIR, and
-// Docker's own DOCKER_HOST.
+// Environment: PGTEST_DSN, PGTEST_IMAGE, PGTEST_DOCKER, PGTEST_BINDIR,
+// PGTEST_TMPDIR, PGTEST_INITDB_CACHE, and Docker's own DOCKER_HOST.
 package pgtest

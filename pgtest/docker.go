@@ -74,8 +74,8 @@ func startDocker(ctx context.Context, cfg config) (*Server, error) {
 		return nil, fmt.Errorf("container %s not ready: %w", shortID(res.Container.ID), err)
 	}
 	d.preferDirect(ctx)
-	s := &Server{mode: ModeDocker, cfg: cfg, adminDSN: d.dsn, backend: d}
-	if err := s.init(ctx, "pgtest_template"); err != nil {
+	s := newServer(ModeDocker, cfg, d.dsn, d)
+	if err := s.init(ctx); err != nil {
 		return nil, fmt.Errorf("container %s: %w", shortID(res.Container.ID), err)
 	}
 	ok = true
@@ -136,7 +136,8 @@ func dockerRunOptions(cfg config, hostPort int) *dockertest.RunOptions {
 		Env:        []string{"POSTGRES_HOST_AUTH_METHOD=trust", "POSTGRES_INITDB_ARGS=--no-sync"},
 		Entrypoint: []string{"/bin/sh", "-c", `while :; do docker-entrypoint.sh postgres "$@"; done`, "pgtest"},
 		Cmd:        args,
-		Labels:     map[string]string{"org.pglocks.pgtest": "1", "org.pglocks.pgtest.pid": strconv.Itoa(os.Getpid())},
+		Labels: map[string]string{"org.pglocks.pgtest": "1", "org.pglocks.pgtest.pid": strconv.Itoa(os.Getpid()),
+			"org.pglocks.pgtest.tmpdir": os.TempDir()},
 		PortBindings: map[dc.Port][]dc.PortBinding{
 			"5432/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(hostPort)}},
 		},

@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,13 +54,8 @@ func startLocal(ctx context.Context, cfg config) (*Server, error) {
 	if err := l.startOnFreePort(ctx); err != nil {
 		return nil, err
 	}
-	s := &Server{
-		mode:     ModeLocal,
-		cfg:      cfg,
-		adminDSN: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", l.port),
-		backend:  l,
-	}
-	if err := s.init(ctx, "pgtest_template"); err != nil {
+	s := newServer(ModeLocal, cfg, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", l.port), l)
+	if err := s.init(ctx); err != nil {
 		return nil, fmt.Errorf("local server: %w", err)
 	}
 	ok = true
@@ -81,7 +75,7 @@ func newLocal(extra ...string) (*local, error) {
 			return nil, err
 		}
 	}
-	if l.dir, err = os.MkdirTemp("", "pgtest-"); err != nil {
+	if l.dir, err = os.MkdirTemp(dataParent(), "pgtest-"); err != nil {
 		return nil, err
 	}
 	// From here on the watchdog removes the dir should this process die.
@@ -218,17 +212,6 @@ func (l *local) command(ctx context.Context, name string, args ...string) *exec.
 	cmd.Dir = l.dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	return cmd
-}
-
-func (l *local) initdb(ctx context.Context) error {
-	cmd := l.command(ctx, "initdb", "-D", filepath.Join(l.dir, "data"),
-		"-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(out.String()))
-	}
-	return nil
 }
 
 // start runs postgres on l.port and waits until it accepts connections.

@@ -28,6 +28,7 @@ type config struct {
 	// syncStandby makes a Cluster's standby synchronous.
 	syncStandby bool
 	setup       func(ctx context.Context, conn *pgx.Conn) error
+	migrator    Migrator
 }
 
 func newConfig(opts []Option) config {

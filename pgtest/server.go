@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Mode says where a [Server] came from.
@@ -38,11 +39,22 @@ var ErrUnsupported = errors.New("pgtest: not supported in this mode")
 type Server struct {
 	mode     Mode
 	cfg      config
-	adminDSN string // superuser, maintenance database
-	template string // database every CreateDatabase clones
-	version  int    // server_version_num
+	adminDSN string     // superuser, maintenance database
+	ownMu    sync.Mutex // held while making the run's own template
+	template string     // the run's own template, once made; under ownMu
+	version  int        // server_version_num
+	runID    string     // ModeDSN: in every database name this run makes (see sweep.go)
 
-	backend backend // nil in ModeDSN
+	backend backend   // nil in ModeDSN
+	runLock *pgx.Conn // ModeDSN: holds this run's lock (see sweep.go); under mu
+
+	mu        sync.Mutex
+	templates map[string]*tplState // by template name
+	pools     map[string]*dbPool   // by template name
+	kept      map[string]struct{}  // databases of failed tests
+	txDBs     map[string]*txDB     // NewTx's databases, by template
+	admin     *pgxpool.Pool        // see adminExec
+	stopping  chan struct{}        // closed by Close: pools stop filling
 
 	closeOnce sync.Once
 	closeErr  error
@@ -95,31 +107,110 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 }
 
 func startDSN(ctx context.Context, cfg config) (*Server, error) {
-	s := &Server{mode: ModeDSN, cfg: cfg, adminDSN: cfg.dsn}
-	// Other test binaries may share this server; give ours its own template.
-	if err := s.init(ctx, "pgtest_tpl_"+randomHex(6)); err != nil {
+	s := newServer(ModeDSN, cfg, cfg.dsn, nil)
+	if err := s.init(ctx); err != nil {
 		return nil, fmt.Errorf("pgtest: PGTEST_DSN server %s: %w", redact(cfg.dsn), err)
 	}
 	return s, nil
 }
 
-// init connects, reads the server version and creates the template database.
-func (s *Server) init(ctx context.Context, template string) error {
+func newServer(mode Mode, cfg config, adminDSN string, b backend) *Server {
+	return &Server{mode: mode, cfg: cfg, adminDSN: adminDSN, backend: b, runID: randomHex(4),
+		templates: map[string]*tplState{}, pools: map[string]*dbPool{}, kept: map[string]struct{}{},
+		stopping: make(chan struct{})}
+}
+
+// init takes the run's lock on a server that outlives the run (ModeDSN,
+// see sweep.go), then initDBs. A throwaway server's databases go with it:
+// no lock, no run id in their names, nothing for a sweep to match.
+func (s *Server) init(ctx context.Context) error {
+	if s.mode != ModeDSN {
+		return s.initDBs(ctx)
+	}
+	if err := s.holdRunLock(ctx); err != nil {
+		return err
+	}
+	if err := s.initDBs(ctx); err != nil {
+		s.releaseRunLock()
+		return err
+	}
+	return nil
+}
+
+// initDBs connects, reads the server version, checks that the role may
+// create databases, sweeps what dead runs left (ModeDSN), and makes the
+// default template: the [WithMigrator] one, shared by hash, or one of this
+// run's own that the [WithTemplate] setup fills.
+func (s *Server) initDBs(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, s.adminDSN)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := conn.QueryRow(ctx, "select current_setting('server_version_num')::int").Scan(&s.version); err != nil {
+	var super, createdb bool
+	if err := conn.QueryRow(ctx, `select current_setting('server_version_num')::int, rolsuper, rolcreatedb
+		from pg_roles where rolname = current_user`).Scan(&s.version, &super, &createdb); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{template}.Sanitize()); err != nil {
-		return fmt.Errorf("create template database: %w", err)
+	if !super && !createdb {
+		return errors.New("the role may not create databases: pgtest needs a superuser, or at least a role with CREATEDB")
 	}
-	s.template = template
+	if s.mode == ModeDSN {
+		if err := s.sweep(ctx, conn); err != nil {
+			return err
+		}
+	}
+	if s.cfg.migrator == nil && s.cfg.setup == nil {
+		return nil // an empty template, made when first needed
+	}
+	_, err = s.templateFor(ctx, nil)
+	return err
+}
+
+// templateFor returns the template a database of opts is cloned from: the
+// template of opts' [WithMigrator], else of the server's, else this run's
+// own (empty, or as [WithTemplate] left it), each made on first use.
+func (s *Server) templateFor(ctx context.Context, opts []Option) (string, error) {
+	m := dbConfig(opts).migrator
+	if m == nil {
+		m = s.cfg.migrator
+	}
+	if m != nil {
+		return s.migratedTemplate(ctx, m)
+	}
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if s.template == "" {
+		if err := s.ownTemplate(ctx); err != nil {
+			return "", err
+		}
+	}
+	return s.template, nil
+}
+
+// ownTemplate creates this run's template and runs the WithTemplate setup.
+// A template half made is dropped.
+func (s *Server) ownTemplate(ctx context.Context) (err error) {
+	conn, err := pgx.Connect(ctx, s.adminDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	template := s.dbName("template")
+	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{template}.Sanitize()); err != nil {
+		return fmt.Errorf("create template database: %w", explainCreate(err))
+	}
 	if s.cfg.setup == nil {
+		s.template = template
 		return nil
 	}
+	defer func() {
+		if err != nil {
+			_ = s.dropWith(context.WithoutCancel(ctx), conn, template)
+		} else {
+			s.template = template
+		}
+	}()
 	tconn, err := pgx.Connect(ctx, s.ConnString(template))
 	if err != nil {
 		return err
@@ -164,75 +255,40 @@ func (s *Server) Restart(ctx context.Context) error {
 	if err := s.backend.restart(ctx); err != nil {
 		return fmt.Errorf("pgtest: restart: %w", err)
 	}
+	s.resetAdmin() // the restart ended its sessions
 	return nil
 }
 
 // Close removes a throwaway server with its files or container, or for a
-// [ModeDSN] server drops the template database. It is idempotent.
+// [ModeDSN] server drops this run's databases (its template, the clones
+// made ahead, a failed test's database) but not the templates of
+// [WithMigrator], which later runs reuse. It is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		close(s.stopping)
+		s.mu.Unlock()
+		s.stopPools()
+		s.closeTxPools()
+		s.closeAdmin()
+		s.mu.Lock()
+		lockConn := s.runLock
+		s.runLock = nil
+		s.mu.Unlock()
+		defer func() {
+			if lockConn != nil {
+				_ = lockConn.Close(context.Background())
+			}
+		}()
 		if s.backend != nil {
 			s.closeErr = s.backend.close()
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		s.closeErr = s.dropDatabase(ctx, s.template)
+		s.closeErr = s.dropRun(ctx)
 	})
 	return s.closeErr
-}
-
-// Database is one database on a [Server], as made by [Server.CreateDatabase].
-type Database struct {
-	// Name is the database's name.
-	Name string
-	// DSN connects to it as superuser.
-	DSN string
-
-	server *Server
-}
-
-// CreateDatabase creates a fresh database, a clone of the server's template
-// (empty, or as the [WithTemplate] setup left it). Drop it with
-// [Database.Drop].
-func (s *Server) CreateDatabase(ctx context.Context) (*Database, error) {
-	name := "pgtest_" + randomHex(6)
-	conn, err := pgx.Connect(ctx, s.adminDSN)
-	if err != nil {
-		return nil, fmt.Errorf("pgtest: create database: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	sql := "create database " + pgx.Identifier{name}.Sanitize() + " template " + pgx.Identifier{s.template}.Sanitize()
-	if s.version >= 150000 {
-		// FILE_COPY copies a small template faster than the default
-		// WAL_LOG strategy, which writes every page to WAL.
-		sql += " strategy file_copy"
-	}
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		return nil, fmt.Errorf("pgtest: create database: %w", err)
-	}
-	return &Database{Name: name, DSN: s.ConnString(name), server: s}, nil
-}
-
-// Drop drops the database, terminating any sessions still connected to it.
-func (d *Database) Drop(ctx context.Context) error {
-	return d.server.dropDatabase(ctx, d.Name)
-}
-
-func (s *Server) dropDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, s.adminDSN)
-	if err != nil {
-		return fmt.Errorf("pgtest: drop database %s: %w", name, err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	sql := "drop database if exists " + pgx.Identifier{name}.Sanitize()
-	if s.version >= 130000 {
-		sql += " with (force)"
-	}
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		return fmt.Errorf("pgtest: drop database %s: %w", name, err)
-	}
-	return nil
 }
 
 func randomHex(n int) string {

@@ -84,23 +84,16 @@ func SharedServer(t testing.TB) *Server {
 	return shared.server
 }
 
-// DB is a fresh database for one test, made by [New].
-type DB struct {
-	// Name is the database's name.
-	Name string
-	// DSN connects to the database as superuser.
-	DSN string
-	// Server is the server the database lives on.
-	Server *Server
-}
-
 // New gives the test a fresh database on the package's server (see
-// [SharedServer]) and drops it when the test ends. A failed test's database
-// is kept and its DSN logged, for as long as the server lives (with
-// PGTEST_DSN, until you drop it).
-func New(t testing.TB) *DB {
+// [SharedServer]) and drops it when the test ends. The database is a clone
+// of the server's template, or with [WithMigrator] among opts of that
+// migrator's template (made on first use); other options configure servers
+// and are ignored here. A failed test's database is kept, and its DSN
+// logged, for as long as the server lives: the test binary's own server is
+// removed when the binary exits; with PGTEST_DSN, until a later run's sweep.
+func New(t testing.TB, opts ...Option) *DB {
 	t.Helper()
-	return SharedServer(t).NewDB(t)
+	return SharedServer(t).NewDB(t, opts...)
 }
 
 // NewPool opens a pool on the database, closed when the test ends. Each
@@ -150,13 +143,17 @@ func connect(t testing.TB, dsn string) *pgx.Conn {
 
 // NewServer starts a private throwaway server for one test, removed when the
 // test ends: for tests that restart the server, which would break every
-// other test on the shared one. It skips the test when PGTEST_DSN is set
-// (pgtest cannot start servers beside yours) or in -short mode.
+// other test on the shared one. The options given to [Main] or [WrapMain]
+// apply first, then opts. It skips the test when PGTEST_DSN is set (pgtest
+// cannot start servers beside yours) or in -short mode.
 func NewServer(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("pgtest: -short: skipping a test that starts its own server")
 	}
+	shared.mu.Lock()
+	opts = append(append([]Option(nil), shared.opts...), opts...)
+	shared.mu.Unlock()
 	cfg := newConfig(opts)
 	if cfg.dsn != "" {
 		t.Skip("pgtest: PGTEST_DSN is set: a test needing its own server is skipped")
@@ -176,17 +173,17 @@ func NewServer(t testing.TB, opts ...Option) *Server {
 }
 
 // NewDB is [New] on server s instead of the shared one.
-func (s *Server) NewDB(t testing.TB) *DB {
+func (s *Server) NewDB(t testing.TB, opts ...Option) *DB {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d, err := s.CreateDatabase(ctx)
+	d, err := s.CreateDatabase(ctx, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("pgtest: test failed; keeping its database: %s", redact(d.DSN))
+			s.keep(t, d)
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -195,5 +192,18 @@ func (s *Server) NewDB(t testing.TB) *DB {
 			t.Error(err)
 		}
 	})
-	return &DB{Name: d.Name, DSN: d.DSN, Server: s}
+	return d
+}
+
+// keep leaves a failed test's database for a look, and says until when.
+func (s *Server) keep(t testing.TB, d *DB) {
+	s.mu.Lock()
+	s.kept[d.Name] = struct{}{}
+	s.mu.Unlock()
+	if s.mode == ModeDSN {
+		t.Logf("pgtest: test failed; its database stays on the PGTEST_DSN server until a later run's sweep drops it: %s", redact(d.DSN))
+		return
+	}
+	t.Logf("pgtest: test failed; its database stays as long as its throwaway server, which is removed when the test "+
+		"binary ends (a NewServer server: when its test ends); with PGTEST_DSN it would outlive the run: %s", redact(d.DSN))
 }
