@@ -108,15 +108,6 @@ func (e *Elector) candidacy() *lease.Lease {
 	return e.cand
 }
 
-// candidateLost is the candidate lease's Lost, nil (never ready) without
-// one.
-func (e *Elector) candidateLost() <-chan struct{} {
-	if c := e.candidacy(); c != nil {
-		return c.Lost()
-	}
-	return nil
-}
-
 // ensureCandidate takes the candidate row unless this elector holds it:
 // a lease kept alive by the Store's batched keep-alive. A row another
 // process holds (two electors with one Identity) is logged at Warn once;
@@ -159,7 +150,7 @@ func (e *Elector) ensureCandidateIfReached(ctx context.Context, began time.Time)
 	if !reached {
 		return nil
 	}
-	return e.ensureCandidate(ctx)
+	return e.bounded(ctx, e.ensureCandidate)
 }
 
 // leaveCandidacy releases the candidate row, with a fresh bounded context.

@@ -175,16 +175,14 @@ func (e *Elector) yield(ctx context.Context, lk *advisory.Lock) error {
 	return errYielded
 }
 
-// answerRequest is called when a leader's candidate row was lost: a
-// request to resign or hand over (see [RequestResign]) breaks it. It reads
-// the request for this term and, if there is one, ends the term as Resign
-// or HandOver would (the watch sees t.resign); no request (the row was
-// lost for another reason), or a hand-over with no live target, changes
-// nothing. Then it takes the candidate row again.
-func (e *Elector) answerRequest(ctx context.Context, t *tenure) {
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryInterval+5*time.Second)
-	defer cancel()
-	defer func() { _ = e.ensureCandidate(rctx) }()
+// answerRequest is called by tend when a leader's candidate row was lost:
+// a request to resign or hand over (see [RequestResign]) breaks it. It
+// reads the request for this term and, if there is one, ends the term as
+// Resign or HandOver would (the watch sees t.resign); no request (the row
+// was lost for another reason), or a hand-over with no live target,
+// changes nothing. Its calls are bounded by ctx; an unknown outcome of
+// the read is no request.
+func (e *Elector) answerRequest(rctx context.Context, t *tenure) {
 	r, ok := readRequest(rctx, e.cfg.Store, e.cfg.Name, t.term.Number)
 	if !ok {
 		return
