@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pglocks/pglocks"
@@ -41,7 +42,14 @@ type candidateMeta struct {
 	Value    string `json:"value,omitempty"`
 }
 
-func candidatePrefix(election string) string { return leaseName(election) + "#c:" }
+// candidateOf reads a candidate row's metadata.
+func candidateOf(i lease.Info) (candidateMeta, bool) {
+	var m candidateMeta
+	err := json.Unmarshal(i.Metadata, &m)
+	return m, err == nil
+}
+
+func candidatePrefix(election string) string { return leaseName(election) + candidateMark }
 
 func candidateName(election, identity string) string { return candidatePrefix(election) + identity }
 
@@ -66,8 +74,8 @@ func Candidates(ctx context.Context, store *lease.Store, election string) ([]Can
 	l := leaderFromInfo(election, cur)
 	out := make([]Candidate, 0, len(infos))
 	for _, i := range infos {
-		var m candidateMeta
-		if json.Unmarshal(i.Metadata, &m) != nil || m.Election != election || candidateName(election, m.Identity) != i.Name {
+		m, ok := candidateOf(i)
+		if !ok || m.Election != election || candidateName(election, m.Identity) != i.Name {
 			continue // another election's row that shares the prefix
 		}
 		out = append(out, Candidate{Election: election, Identity: m.Identity, Value: m.Value,
@@ -93,10 +101,33 @@ func checkRequestArgs(ctx context.Context, store *lease.Store, election string) 
 		return errors.New("nil context")
 	case store == nil:
 		return errors.New("nil *lease.Store")
-	case pglocks.ValidateName(election) != nil:
-		return fmt.Errorf("election name: %w", pglocks.ValidateName(election))
-	case len(election) > maxNameLen:
-		return fmt.Errorf("election name is %d bytes, more than %d", len(election), maxNameLen)
+	}
+	if err := checkElection(election); err != nil {
+		return fmt.Errorf("election name: %w", err)
+	}
+	return nil
+}
+
+// Forms reserved in election names: an election's candidate rows are
+// named leaseName(election) + candidateMark + identity and its requests
+// leaseName(election) + requestMark + term, so an election whose name
+// holds either form would share its lease row with another election's
+// candidate or request.
+const (
+	candidateMark = "#c:"
+	requestMark   = "#req:"
+)
+
+// checkElection checks an election's name: a valid name of at most
+// maxNameLen bytes without the reserved forms.
+func checkElection(name string) error {
+	switch {
+	case pglocks.ValidateName(name) != nil:
+		return pglocks.ValidateName(name)
+	case len(name) > maxNameLen:
+		return fmt.Errorf("%d bytes, more than %d", len(name), maxNameLen)
+	case strings.Contains(name, candidateMark), strings.Contains(name, requestMark):
+		return fmt.Errorf("%q holds %q or %q, reserved for the lease rows of an election's candidates and requests", name, candidateMark, requestMark)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ type request struct {
 }
 
 func requestName(election string, term int64) string {
-	return leaseName(election) + "#req:" + strconv.FormatInt(term, 10)
+	return leaseName(election) + requestMark + strconv.FormatInt(term, 10)
 }
 
 // RequestResign asks the current leader of election, in whatever process
@@ -97,6 +97,9 @@ func deliver(ctx context.Context, store *lease.Store, election string, cur Leade
 	cand, err := store.Get(ctx, candidateName(election, cur.Identity))
 	if err != nil || !cand.Held {
 		return fmt.Errorf("the leader %q has no candidate row (a version without candidates, or two electors share its Identity): it cannot be asked (%v)", cur.Identity, err)
+	}
+	if m, ok := candidateOf(cand); !ok || m.Election != election || m.Identity != cur.Identity {
+		return fmt.Errorf("the row %q is not its candidate row (another election's lease, made by a version that allowed such names?): it is not broken", cand.Name)
 	}
 	md, _ := json.Marshal(r)
 	req, err := store.TryAcquire(ctx, requestName(election, cur.Term), requestTTL, lease.WithMetadata(md))

@@ -3,7 +3,9 @@ package leader
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -60,7 +62,8 @@ func (t Term) Value() string {
 // statement scoped to the term, and notifies observers, whose
 // [Elector.Observe] delivers the new [Leader]. The elector's candidate row
 // and its later terms carry the new value too. value is at most
-// [MaxValueLen] bytes of valid UTF-8. It returns an error wrapping
+// [MaxValueLen] bytes of valid UTF-8 without NUL (refused before any
+// round trip: jsonb cannot store it). It returns an error wrapping
 // [lease.ErrNotHeld] once the term is over (the zero Term too); any other
 // error is an unknown outcome — the row may show the old value or the new
 // one — and leaves the term as it was. ctx bounds the round trips.
@@ -70,8 +73,8 @@ func (t Term) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("leader: proclaim: the zero Term is no term: %w", lease.ErrNotHeld)
 	case ctx == nil:
 		return fmt.Errorf("leader: proclaim in %q: nil context", t.Election)
-	case len(value) > MaxValueLen || !utf8.ValidString(value):
-		return fmt.Errorf("leader: proclaim in %q: value is %d bytes, more than %d, or not valid UTF-8", t.Election, len(value), MaxValueLen)
+	case checkValue(value) != nil:
+		return fmt.Errorf("leader: proclaim in %q: value: %w", t.Election, checkValue(value))
 	case t.Context().Err() != nil:
 		return fmt.Errorf("leader: proclaim in %q: term %d is over: %w", t.Election, t.Number, lease.ErrNotHeld)
 	}
@@ -81,6 +84,20 @@ func (t Term) Proclaim(ctx context.Context, value string) error {
 	e := t.pub.e
 	e.setValue(ctx, value)
 	e.notify(ctx)
+	return nil
+}
+
+// checkValue checks a candidate's or a leader's value: at most
+// MaxValueLen bytes of valid UTF-8 without NUL, which jsonb cannot hold.
+func checkValue(v string) error {
+	switch {
+	case len(v) > MaxValueLen:
+		return fmt.Errorf("%d bytes, more than %d", len(v), MaxValueLen)
+	case !utf8.ValidString(v):
+		return errors.New("not valid UTF-8")
+	case strings.IndexByte(v, 0) >= 0:
+		return errors.New("holds a NUL character, which PostgreSQL's jsonb cannot store")
+	}
 	return nil
 }
 
