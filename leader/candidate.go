@@ -168,6 +168,7 @@ func (e *Elector) ensureCandidate(ctx context.Context) error {
 	e.mu.Lock()
 	e.cand = ls
 	e.mu.Unlock()
+	e.sweep(ctx)
 	return nil
 }
 
@@ -195,7 +196,47 @@ func (e *Elector) leaveCandidacy() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
 	defer cancel()
-	if err := c.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) && !errors.Is(err, lease.ErrReleased) {
+	err := c.Release(ctx)
+	if err == nil {
+		// Its token fences nothing: delete the row, so that a service
+		// restarted with new identities does not grow the table.
+		_, err = e.cfg.Store.Forget(ctx, c.Name(), c.Token())
+	}
+	if err != nil && !errors.Is(err, lease.ErrNotHeld) && !errors.Is(err, lease.ErrReleased) {
 		e.cfg.Logger.Debug("leader: release candidate row", "election", e.cfg.Name, "err", err)
 	}
+}
+
+// sweepEvery is how often an elector deletes its election's candidate and
+// request rows idle for more than sweepIdle.
+const (
+	sweepEvery = time.Hour
+	sweepIdle  = 24 * time.Hour
+)
+
+// sweep deletes, at most once per sweepEvery, the election's candidate and
+// request rows whose expiry passed more than sweepIdle ago (a candidate
+// that died, a request not released): only rows whose metadata names this
+// election, so never another election's lease. Failures (no DELETE
+// privilege, say) are logged at Debug: the rows stay, and Candidates
+// skips them.
+func (e *Elector) sweep(ctx context.Context) {
+	e.mu.Lock()
+	due := time.Since(e.sweptAt) >= sweepEvery
+	if due {
+		e.sweptAt = time.Now()
+	}
+	e.mu.Unlock()
+	if !due {
+		return
+	}
+	cm, _ := json.Marshal(map[string]string{"candidate": e.cfg.Name})
+	rm, _ := json.Marshal(map[string]string{"election": e.cfg.Name})
+	n, err := e.cfg.Store.ForgetIdle(ctx, candidatePrefix(e.cfg.Name), sweepIdle, cm)
+	if err == nil {
+		var m int64
+		m, err = e.cfg.Store.ForgetIdle(ctx, leaseName(e.cfg.Name)+requestMark, sweepIdle, rm)
+		n += m
+	}
+	e.cfg.Logger.Debug("leader: swept idle candidate and request rows", "election", e.cfg.Name, "deleted", n, "err", err)
 }

@@ -98,7 +98,8 @@ type Config struct {
 
 	// HandOverOnClose makes a leader that stops because Run's ctx ended or
 	// the elector is closed (SIGTERM in a rolling deploy) hand its term
-	// over to another live candidate, as [Elector.HandOver] with "" does,
+	// over to another live candidate, as [Elector.HandOver] with "" does
+	// (the one that joined last: in a rolling deploy, a new pod),
 	// instead of only resigning: the successor takes the next term as soon
 	// as this leader's work has returned, with no candidate racing it. With
 	// no other live candidate it just resigns. Default: false.

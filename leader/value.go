@@ -66,7 +66,11 @@ func (t Term) Value() string {
 // round trip: jsonb cannot store it). It returns an error wrapping
 // [lease.ErrNotHeld] once the term is over (the zero Term too); any other
 // error is an unknown outcome — the row may show the old value or the new
-// one — and leaves the term as it was. ctx bounds the round trips.
+// one — and leaves the term as it was. ctx bounds the round trips: the
+// term row's update, then (best effort, 5s at most) the candidate row's
+// and the notification. Proclaim waits for a [Term.Guard] transaction of
+// the same term that is open on the row (its FOR SHARE lock): do not call
+// it from inside one, nor while one is held open elsewhere for long.
 func (t Term) Proclaim(ctx context.Context, value string) error {
 	switch {
 	case t.pub == nil || t.lease == nil:
@@ -82,8 +86,10 @@ func (t Term) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("leader: proclaim in %q, term %d: %w", t.Election, t.Number, err)
 	}
 	e := t.pub.e
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	e.setValue(ctx, value)
-	e.notify(ctx)
+	e.announce(ctx)
 	return nil
 }
 
@@ -109,7 +115,8 @@ func (e *Elector) value() string {
 }
 
 // setValue records value for later terms and in the candidate row (best
-// effort: a failure is logged, and a candidate row taken again carries it).
+// effort, bounded by ctx: a failure is logged, and a candidate row taken
+// again carries it).
 func (e *Elector) setValue(ctx context.Context, value string) {
 	e.mu.Lock()
 	e.val = value
@@ -119,8 +126,6 @@ func (e *Elector) setValue(ctx context.Context, value string) {
 		return
 	}
 	md, _ := json.Marshal(candidateMeta{Election: e.cfg.Name, Identity: e.cfg.Identity, Value: value})
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
 	if err := c.SetMetadata(ctx, md); err != nil {
 		e.cfg.Logger.Debug("leader: set value in candidate row", "election", e.cfg.Name, "err", err)
 	}
