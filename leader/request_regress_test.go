@@ -161,10 +161,12 @@ func TestSecondRequestIsClear(t *testing.T) {
 	r := newReplica(t, db.DSN)
 	ctx := ctxT(t, 30*time.Second)
 	md, _ := json.Marshal(map[string]string{"election": "twice", "action": "handover", "to": "z", "from": "elsewhere"})
-	if _, err := r.store.TryAcquire(ctx, "pglocks.leader:twice#req:"+strconv.FormatInt(ev.term.Number, 10), 10*time.Second, lease.WithMetadata(md)); err != nil {
+	other, err := r.store.TryAcquire(ctx, "pglocks.leader:twice#req:"+strconv.FormatInt(ev.term.Number, 10), 10*time.Second, lease.WithMetadata(md))
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := leader.RequestResign(ctx, r.store, "twice")
+	defer func() { _ = other.Release(context.Background()) }()
+	_, err = leader.RequestResign(ctx, r.store, "twice")
 	if !errors.Is(err, lease.ErrHeld) || !strings.Contains(err.Error(), "another request for term") {
 		t.Errorf("RequestResign = %v, want an error saying another request is under way", err)
 	}
