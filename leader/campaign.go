@@ -245,6 +245,11 @@ func (e *Elector) keep(ls *lease.Lease, lk *advisory.Lock, err error) (*lease.Le
 func (e *Elector) notify(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	e.announce(ctx)
+}
+
+// announce is notify bounded by ctx alone.
+func (e *Elector) announce(ctx context.Context) {
 	if _, err := e.cfg.Pool.Exec(ctx, "select pg_notify($1, $2)", e.cfg.Channel, e.cfg.Name); err != nil {
 		e.cfg.Logger.Debug("leader: notify", "election", e.cfg.Name, "err", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pglocks/pglocks"
@@ -41,7 +42,14 @@ type candidateMeta struct {
 	Value    string `json:"value,omitempty"`
 }
 
-func candidatePrefix(election string) string { return leaseName(election) + "#c:" }
+// candidateOf reads a candidate row's metadata.
+func candidateOf(i lease.Info) (candidateMeta, bool) {
+	var m candidateMeta
+	err := json.Unmarshal(i.Metadata, &m)
+	return m, err == nil
+}
+
+func candidatePrefix(election string) string { return leaseName(election) + candidateMark }
 
 func candidateName(election, identity string) string { return candidatePrefix(election) + identity }
 
@@ -66,8 +74,8 @@ func Candidates(ctx context.Context, store *lease.Store, election string) ([]Can
 	l := leaderFromInfo(election, cur)
 	out := make([]Candidate, 0, len(infos))
 	for _, i := range infos {
-		var m candidateMeta
-		if json.Unmarshal(i.Metadata, &m) != nil || m.Election != election || candidateName(election, m.Identity) != i.Name {
+		m, ok := candidateOf(i)
+		if !ok || m.Election != election || candidateName(election, m.Identity) != i.Name {
 			continue // another election's row that shares the prefix
 		}
 		out = append(out, Candidate{Election: election, Identity: m.Identity, Value: m.Value,
@@ -93,10 +101,33 @@ func checkRequestArgs(ctx context.Context, store *lease.Store, election string) 
 		return errors.New("nil context")
 	case store == nil:
 		return errors.New("nil *lease.Store")
-	case pglocks.ValidateName(election) != nil:
-		return fmt.Errorf("election name: %w", pglocks.ValidateName(election))
-	case len(election) > maxNameLen:
-		return fmt.Errorf("election name is %d bytes, more than %d", len(election), maxNameLen)
+	}
+	if err := checkElection(election); err != nil {
+		return fmt.Errorf("election name: %w", err)
+	}
+	return nil
+}
+
+// Forms reserved in election names: an election's candidate rows are
+// named leaseName(election) + candidateMark + identity and its requests
+// leaseName(election) + requestMark + term, so an election whose name
+// holds either form would share its lease row with another election's
+// candidate or request.
+const (
+	candidateMark = "#c:"
+	requestMark   = "#req:"
+)
+
+// checkElection checks an election's name: a valid name of at most
+// maxNameLen bytes without the reserved forms.
+func checkElection(name string) error {
+	switch {
+	case pglocks.ValidateName(name) != nil:
+		return pglocks.ValidateName(name)
+	case len(name) > maxNameLen:
+		return fmt.Errorf("%d bytes, more than %d", len(name), maxNameLen)
+	case strings.Contains(name, candidateMark), strings.Contains(name, requestMark):
+		return fmt.Errorf("%q holds %q or %q, reserved for the lease rows of an election's candidates and requests", name, candidateMark, requestMark)
 	}
 	return nil
 }
@@ -106,15 +137,6 @@ func (e *Elector) candidacy() *lease.Lease {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.cand
-}
-
-// candidateLost is the candidate lease's Lost, nil (never ready) without
-// one.
-func (e *Elector) candidateLost() <-chan struct{} {
-	if c := e.candidacy(); c != nil {
-		return c.Lost()
-	}
-	return nil
 }
 
 // ensureCandidate takes the candidate row unless this elector holds it:
@@ -146,6 +168,7 @@ func (e *Elector) ensureCandidate(ctx context.Context) error {
 	e.mu.Lock()
 	e.cand = ls
 	e.mu.Unlock()
+	e.sweep(ctx)
 	return nil
 }
 
@@ -159,7 +182,7 @@ func (e *Elector) ensureCandidateIfReached(ctx context.Context, began time.Time)
 	if !reached {
 		return nil
 	}
-	return e.ensureCandidate(ctx)
+	return e.bounded(ctx, e.ensureCandidate)
 }
 
 // leaveCandidacy releases the candidate row, with a fresh bounded context.
@@ -173,7 +196,47 @@ func (e *Elector) leaveCandidacy() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
 	defer cancel()
-	if err := c.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) && !errors.Is(err, lease.ErrReleased) {
+	err := c.Release(ctx)
+	if err == nil {
+		// Its token fences nothing: delete the row, so that a service
+		// restarted with new identities does not grow the table.
+		_, err = e.cfg.Store.Forget(ctx, c.Name(), c.Token())
+	}
+	if err != nil && !errors.Is(err, lease.ErrNotHeld) && !errors.Is(err, lease.ErrReleased) {
 		e.cfg.Logger.Debug("leader: release candidate row", "election", e.cfg.Name, "err", err)
 	}
+}
+
+// sweepEvery is how often an elector deletes its election's candidate and
+// request rows idle for more than sweepIdle.
+const (
+	sweepEvery = time.Hour
+	sweepIdle  = 24 * time.Hour
+)
+
+// sweep deletes, at most once per sweepEvery, the election's candidate and
+// request rows whose expiry passed more than sweepIdle ago (a candidate
+// that died, a request not released): only rows whose metadata names this
+// election, so never another election's lease. Failures (no DELETE
+// privilege, say) are logged at Debug: the rows stay, and Candidates
+// skips them.
+func (e *Elector) sweep(ctx context.Context) {
+	e.mu.Lock()
+	due := time.Since(e.sweptAt) >= sweepEvery
+	if due {
+		e.sweptAt = time.Now()
+	}
+	e.mu.Unlock()
+	if !due {
+		return
+	}
+	cm, _ := json.Marshal(map[string]string{"candidate": e.cfg.Name})
+	rm, _ := json.Marshal(map[string]string{"election": e.cfg.Name})
+	n, err := e.cfg.Store.ForgetIdle(ctx, candidatePrefix(e.cfg.Name), sweepIdle, cm)
+	if err == nil {
+		var m int64
+		m, err = e.cfg.Store.ForgetIdle(ctx, leaseName(e.cfg.Name)+requestMark, sweepIdle, rm)
+		n += m
+	}
+	e.cfg.Logger.Debug("leader: swept idle candidate and request rows", "election", e.cfg.Name, "deleted", n, "err", err)
 }

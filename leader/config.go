@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
@@ -51,7 +50,12 @@ var ErrInvalidConfig = errors.New("leader: invalid config")
 type Config struct {
 	// Name names the election. Candidates with the same Name on the same
 	// database elect one leader among them. It must pass
-	// [pglocks.ValidateName] and be at most 900 bytes.
+	// [pglocks.ValidateName], be at most 900 bytes, and not hold "#c:" or
+	// "#req:": the lease rows of the election's candidates and requests
+	// are named "pglocks.leader:" + Name + "#c:" + identity and + "#req:" +
+	// term, and an election named "svc#c:bar" would share its lease row
+	// with candidate "bar" of election "svc". Elections named so by an
+	// earlier version must be renamed (New refuses them).
 	Name string
 
 	// Pool is the connection pool for the lease row, notifications and
@@ -89,13 +93,14 @@ type Config struct {
 	// Value is what this candidate publishes: recorded in its candidate
 	// row ([Candidates]) and, while it leads, with its term ([Leader].Value),
 	// for followers that need, say, the leader's address. [Term.Proclaim]
-	// changes it during a term. At most [MaxValueLen] bytes of valid UTF-8.
-	// Default: empty.
+	// changes it during a term. At most [MaxValueLen] bytes of valid UTF-8,
+	// without NUL (jsonb cannot store it). Default: empty.
 	Value string
 
 	// HandOverOnClose makes a leader that stops because Run's ctx ended or
 	// the elector is closed (SIGTERM in a rolling deploy) hand its term
-	// over to another live candidate, as [Elector.HandOver] with "" does,
+	// over to another live candidate, as [Elector.HandOver] with "" does
+	// (the one that joined last: in a rolling deploy, a new pod),
 	// instead of only resigning: the successor takes the next term as soon
 	// as this leader's work has returned, with no candidate racing it. With
 	// no other live candidate it just resigns. Default: false.
@@ -233,6 +238,8 @@ func (c *Config) validate(ping time.Duration) error {
 		return bad("Name: %v", pglocks.ValidateName(c.Name))
 	case len(c.Name) > maxNameLen:
 		return bad("Name is %d bytes, more than %d", len(c.Name), maxNameLen)
+	case checkElection(c.Name) != nil:
+		return bad("Name: %v", checkElection(c.Name))
 	case c.Mode < ModeAuto || c.Mode > ModeLeaseOnly:
 		return bad("Mode %d is not ModeAuto, ModeSession or ModeLeaseOnly", int(c.Mode))
 	case c.TTL < 0 || c.RenewInterval < 0 || c.RetryInterval < 0 || c.Grace < 0:
@@ -249,8 +256,8 @@ func (c *Config) validate(ping time.Duration) error {
 		return bad("Grace %v must exceed 1.5 × the Locker's PingInterval %v", c.Grace, ping)
 	case c.Mode != ModeLeaseOnly && c.Grace >= c.TTL:
 		return bad("Grace %v must be below TTL %v", c.Grace, c.TTL)
-	case len(c.Value) > MaxValueLen || !utf8.ValidString(c.Value):
-		return bad("Value is %d bytes, more than %d, or not valid UTF-8", len(c.Value), MaxValueLen)
+	case checkValue(c.Value) != nil:
+		return bad("Value: %v", checkValue(c.Value))
 	case len(candidateName(c.Name, c.Identity)) > lease.MaxNameLen || pglocks.ValidateName(candidateName(c.Name, c.Identity)) != nil:
 		return bad("Identity %q: with Name, its candidate row name is not a valid lease name of at most %d bytes", c.Identity, lease.MaxNameLen)
 	case ident.Check(c.Channel) != nil:

@@ -161,6 +161,23 @@
 // package, and a term begins only on an answered one; a terminate with an
 // unknown outcome ended, at most, a stale session the conditions allowed.
 //
+// A leader's own calls about its candidacy — taking its candidate row,
+// reading a request of its term, refusing one — run on a goroutine of
+// their own, each bounded by RetryInterval + 5s, never in the loop that
+// watches the term: whatever their outcome, and however long they wait
+// (an exhausted pool, a partition, a row lock), the loss of the advisory
+// session or the lease ends the work within Grace
+// (TestRequestDoesNotBlockWatch, TestWatchNotBlockedTakingCandidateRow).
+// An unknown outcome of the read of a request is no request: the leader
+// leads on and the requester waits until its ctx ends; of a refusal's
+// break of the request row, the requester may wait likewise; of a take of
+// the candidate row, the row is retaken with backoff (and an acquisition
+// that may have run is cleaned up by package lease). None of them decides
+// who leads, only whether a request is heard. A requester's own deletion of
+// its request row, and a stopping candidate's of its candidate row
+// ([lease.Store.Forget]), may or may not run: a row left behind is swept a
+// day after it expired.
+//
 // # Errors and health
 //
 // A campaign that cannot succeed — the lease table is missing, a privilege
@@ -233,6 +250,20 @@
 // process; a candidate that stops releases its row, and one that dies
 // disappears once its row expires, within TTL of its last renewal. Two
 // electors with one Identity: the second is not listed (logged at Warn).
+// A leader whose candidate row is lost and cannot be taken again retries
+// with backoff up to TTL, and cannot be asked anything meanwhile
+// (TestCandidateRowLostDoesNotSpin). A candidate that stops deletes its
+// row, and a requester its request's row once answered
+// ([lease.Store.Forget]: their tokens fence nothing); each elector deletes,
+// about once an hour, its election's candidate and request rows that
+// expired more than a day ago (a candidate that died). Deleting needs the
+// DELETE privilege on the lease table: without it the rows stay, skipped
+// by Candidates, and the table grows by one row per Identity ever used —
+// give stable identities (a pod name) where DELETE cannot be granted.
+// [Candidates] reads the whole table (see [lease.Store.ListPrefix]).
+// Election names may not hold "#c:" or "#req:", the marks of these rows
+// (see Config.Name); a request breaks a row only if its metadata names
+// the election and the leader's Identity.
 //
 // [Elector.HandOver] hands the term to a named live candidate (or any
 // other): the work is cancelled with [ErrHandedOver]; once it has returned
@@ -248,20 +279,33 @@
 // most that window (TestHandOverTargetKilled). The reservation only decides
 // who leads next, never whether two lead: an unknown outcome of its write
 // leaves, at worst, a plain resignation or a short wait. Config.HandOverOnClose
-// hands over when Run's ctx ends or on Close (SIGTERM in a rolling deploy).
-// In ModeLeaseOnly the candidates already waiting for the lease are not held
-// back: any may win, as after a resignation.
+// hands over when Run's ctx ends or on Close (SIGTERM in a rolling deploy),
+// to the live candidate that joined last — in a rolling deploy, a new pod,
+// not an old one about to be stopped. In ModeLeaseOnly no target is
+// recorded — lease-only candidates do not yield — so a hand-over is a
+// resignation: any waiting candidate may win. In a rolling deploy from a
+// version without hand-over, the old candidates do not yield either: a
+// hand-over may go to one of them, as a resignation would, until all run
+// this version.
 //
 // Another process asks the leader to resign or hand over with
 // [RequestResign] or [RequestHandOver] (pglocks leader resign|handover): it
 // records the request in a lease row "…#req:" + term and breaks the
 // leader's candidate row, which the leader's Store hears of at once; the
 // leader reads the request of its own term only, so a stale request never
-// moves a later leader.
+// moves a later leader. A leader that refuses a hand-over (its target is
+// no longer a live candidate) breaks the request's row, and the requester
+// returns an error wrapping [ErrNoCandidate] at once
+// (TestRefusedHandOverIsReported). A second request for a term while one
+// is under way joins it if it asks the same, and is refused with an error
+// saying so otherwise.
 //
 // A leader publishes Config.Value with its term ([Leader].Value), at most
 // [MaxValueLen] bytes; [Term.Proclaim] changes it during the term in one
 // statement scoped to the term, and [Elector.Observe] delivers the change.
+// Proclaim's statement waits for an open [Term.Guard] transaction of the
+// term (its FOR SHARE lock on the lease row): do not proclaim from inside
+// one.
 //
 // # Renewals
 //

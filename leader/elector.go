@@ -64,6 +64,7 @@ type Elector struct {
 	dupOnce sync.Once    // logs a duplicate Identity once
 	val     string       // the value published (Config.Value, then Proclaim's)
 	resv    reservation  // the last hand-over reservation seen (campaign only)
+	sweptAt time.Time    // the last sweep of idle candidate and request rows
 
 	closeDone chan struct{} // closed once Close's work is done; closeErr is set before
 	closeErr  error

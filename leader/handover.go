@@ -30,7 +30,8 @@ var (
 var errYielded = errors.New("leader: yielded to a hand-over's target")
 
 // HandOver hands this leader's term over to the live candidate named to
-// (its Config.Identity), or to any other live candidate if to is "": the
+// (its Config.Identity), or if to is "" to the other live candidate that
+// joined last (the newest JoinedAt: in a rolling deploy, a new pod): the
 // leader's work sees its context cancelled with [ErrHandedOver]; once it
 // has returned, the leader records the target in its lease row, releases
 // the lease and unlocks, and the target takes the next term at once — it
@@ -43,8 +44,12 @@ var errYielded = errors.New("leader: yielded to a hand-over's target")
 // candidate itself gives an error wrapping [ErrNoCandidate], and a
 // candidate that does not lead [ErrNotLeader]: the leader keeps leading.
 // A target that dies during the hand-over delays the next term by at most
-// the window. In ModeLeaseOnly, candidates already waiting for the lease
-// are not held back: any of them may win, as after a resignation.
+// the window. HandOver returns an error wrapping [ErrResigned] if the
+// term was already ending by a resignation or another hand-over. In
+// ModeLeaseOnly no target is recorded (lease-only candidates do not
+// yield): it is a resignation, and any waiting candidate may win.
+// Candidates of a version without hand-over do not yield either: in a
+// mixed-version rolling deploy the target may lose the race to one.
 func (e *Elector) HandOver(ctx context.Context, to string) error {
 	if err := e.usable(); err != nil {
 		return fmt.Errorf("leader: hand over: %w", err)
@@ -62,7 +67,11 @@ func (e *Elector) HandOver(ctx context.Context, to string) error {
 	if err != nil {
 		return fmt.Errorf("leader: hand over %q: %w", e.cfg.Name, err)
 	}
-	t.once.Do(func() { t.why, t.handTo = ErrHandedOver, target; close(t.resign) })
+	won := false
+	t.once.Do(func() { t.why, t.handTo, won = ErrHandedOver, target, true; close(t.resign) })
+	if !won {
+		return fmt.Errorf("leader: hand over %q: the term was already ending, not handed over: %w", e.cfg.Name, t.why)
+	}
 	select {
 	case <-t.done:
 		return nil
@@ -72,7 +81,8 @@ func (e *Elector) HandOver(ctx context.Context, to string) error {
 }
 
 // pickTarget returns the live candidate to hand over to: to, or for ""
-// the live candidate other than this one seen last.
+// the live candidate other than this one that joined last — in a rolling
+// deploy, a pod of the new version rather than an old one about to stop.
 func (e *Elector) pickTarget(ctx context.Context, to string) (string, error) {
 	cs, err := Candidates(ctx, e.cfg.Store, e.cfg.Name)
 	if err != nil {
@@ -92,7 +102,7 @@ func chooseTarget(cs []Candidate, self, to string) (string, error) {
 		case c.Identity == self:
 		case to != "" && c.Identity == to:
 			return to, nil
-		case to == "" && (best == nil || c.LastSeen.After(best.LastSeen)):
+		case to == "" && (best == nil || c.JoinedAt.After(best.JoinedAt)):
 			best = c
 		}
 	}
@@ -113,6 +123,9 @@ func (e *Elector) reserve(t *tenure, reason error) {
 	to := t.handTo
 	if to == "" && !(e.cfg.HandOverOnClose && errors.Is(reason, ErrStopped)) {
 		return
+	}
+	if t.lock == nil {
+		return // a lease-only campaign does not yield: nothing would honour it
 	}
 	if t.lease.Err() != nil || !time.Now().Before(t.term.TrustedUntil()) {
 		return
@@ -175,17 +188,15 @@ func (e *Elector) yield(ctx context.Context, lk *advisory.Lock) error {
 	return errYielded
 }
 
-// answerRequest is called when a leader's candidate row was lost: a
-// request to resign or hand over (see [RequestResign]) breaks it. It reads
-// the request for this term and, if there is one, ends the term as Resign
-// or HandOver would (the watch sees t.resign); no request (the row was
-// lost for another reason), or a hand-over with no live target, changes
-// nothing. Then it takes the candidate row again.
-func (e *Elector) answerRequest(ctx context.Context, t *tenure) {
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryInterval+5*time.Second)
-	defer cancel()
-	defer func() { _ = e.ensureCandidate(rctx) }()
-	r, ok := readRequest(rctx, e.cfg.Store, e.cfg.Name, t.term.Number)
+// answerRequest is called by tend when a leader's candidate row was lost:
+// a request to resign or hand over (see [RequestResign]) breaks it. It
+// reads the request for this term and, if there is one, ends the term as
+// Resign or HandOver would (the watch sees t.resign); no request (the row
+// was lost for another reason), or a hand-over with no live target,
+// changes nothing. Its calls are bounded by ctx; an unknown outcome of
+// the read is no request.
+func (e *Elector) answerRequest(rctx context.Context, t *tenure) {
+	r, info, ok := readRequest(rctx, e.cfg.Store, e.cfg.Name, t.term.Number)
 	if !ok {
 		return
 	}
@@ -196,7 +207,9 @@ func (e *Elector) answerRequest(ctx context.Context, t *tenure) {
 	}
 	to, err := e.pickTarget(rctx, r.To)
 	if err != nil {
-		e.cfg.Logger.Warn("leader: hand-over request refused; leading on", "election", e.cfg.Name, "err", err)
+		e.cfg.Logger.Warn("leader: hand-over request refused; leading on", "election", e.cfg.Name, "from", r.From, "err", err)
+		// Tell the requester: it waits for the request's row to change.
+		_, _ = e.cfg.Store.BreakAcquisition(rctx, info.Name, info.Owner, info.Token)
 		return
 	}
 	e.cfg.Logger.Info("leader: handing over on request", "election", e.cfg.Name, "term", t.term.Number, "to", to, "from", r.From)

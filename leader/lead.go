@@ -33,6 +33,7 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 	renewCtx, stopRenew := context.WithCancel(context.Background())
 	renewDone := make(chan struct{})
 	go func() { defer close(renewDone); e.renew(renewCtx, t) }()
+	stopTend, waitTend := e.startTending(t) // the candidacy's database calls, off the watch
 
 	reason, workErr, returned := e.preflight(ctx, t), error(nil), true
 	if reason == nil {
@@ -40,6 +41,7 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 		reason, workErr, returned = e.watch(ctx, t, workDone)
 	}
 	cancelWork(reason)
+	stopTend()
 	if !returned && !errors.Is(reason, ErrLost) {
 		// Resigning or stopping: the term is still ours until the work
 		// returns, unless it is lost meanwhile.
@@ -51,6 +53,7 @@ func (e *Elector) lead(ctx context.Context, t *tenure, work func(context.Context
 		e.reserve(t, reason)
 	}
 	e.stepDown(t)
+	waitTend()
 	t.endTerm(reason)
 	e.mu.Lock()
 	e.current = nil
@@ -124,30 +127,18 @@ func (e *Elector) drain(t *tenure, workDone <-chan error) (workErr error, return
 var errLapsed = fmt.Errorf("%w: trust deadline passed (renewals or session checks did not succeed in time)", ErrLost)
 
 // watch waits for the end of the term and returns why, with the work's
-// result if the work returned.
+// result if the work returned. It makes no database call: whatever it
+// waits for is a channel or a timer, so that the term's loss is acted on
+// at once (requests are answered by tend, which closes t.resign).
 func (e *Elector) watch(ctx context.Context, t *tenure, workDone <-chan error) (reason, workErr error, returned bool) {
 	timer := time.NewTimer(time.Until(t.term.TrustedUntil()))
 	defer timer.Stop()
-	if e.candidacy() == nil {
-		// Elected before its row was taken. Bounded by the term: a row
-		// that cannot be taken (the database cut off) must not hold up
-		// the step-down below.
-		cctx, cancel := context.WithDeadline(ctx, t.term.TrustedUntil())
-		stop := context.AfterFunc(t.term.Context(), cancel)
-		_ = e.ensureCandidate(cctx)
-		stop()
-		cancel()
-	}
-	requests := e.candidateLost()
 	for {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", ErrStopped, context.Cause(ctx)), nil, false
 		case <-t.resign:
 			return t.why, nil, false
-		case <-requests:
-			e.answerRequest(ctx, t) // a request closes t.resign
-			requests = e.candidateLost()
 		case err := <-workDone:
 			return ErrWorkDone, err, true
 		case <-t.lockLost():

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pglocks/pglocks/internal/backoff"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -28,13 +29,14 @@ const (
 )
 
 type request struct {
-	Action string `json:"action"`
-	To     string `json:"to,omitempty"`
-	From   string `json:"from"`
+	Election string `json:"election"`
+	Action   string `json:"action"`
+	To       string `json:"to,omitempty"`
+	From     string `json:"from"`
 }
 
 func requestName(election string, term int64) string {
-	return leaseName(election) + "#req:" + strconv.FormatInt(term, 10)
+	return leaseName(election) + requestMark + strconv.FormatInt(term, 10)
 }
 
 // RequestResign asks the current leader of election, in whatever process
@@ -85,54 +87,109 @@ func ask(ctx context.Context, store *lease.Store, election string, r request) (L
 		}
 	}
 	host, _ := os.Hostname()
-	r.From = host + " pid " + strconv.Itoa(os.Getpid())
-	if err := deliver(ctx, store, election, cur, r); err != nil {
+	r.From, r.Election = host+" pid "+strconv.Itoa(os.Getpid()), election
+	req, err := deliver(ctx, store, election, cur, r)
+	if err != nil {
 		return fail(err)
 	}
-	return awaitTerm(ctx, store, election, cur.Term)
+	l, err := awaitTerm(ctx, store, election, cur.Term, req.token)
+	if req.lease != nil && (err == nil || !errors.Is(err, context.Cause(ctx))) {
+		// Answered: the request is done with. Left alone when ctx ended,
+		// so that it may still take effect (it expires at requestTTL).
+		forgetRequest(ctx, store, req.lease)
+	}
+	return l, err
+}
+
+// delivered is a request sent: its row's token, and its lease when this
+// requester took it (nil when it joined an identical request under way).
+type delivered struct {
+	token int64
+	lease *lease.Lease
 }
 
 // deliver takes the request's row and breaks the leader's candidate row.
-func deliver(ctx context.Context, store *lease.Store, election string, cur Leader, r request) error {
+// A request for the same term already under way is joined if it asks the
+// same (a retried command), and refused with a clear error otherwise.
+func deliver(ctx context.Context, store *lease.Store, election string, cur Leader, r request) (delivered, error) {
 	cand, err := store.Get(ctx, candidateName(election, cur.Identity))
 	if err != nil || !cand.Held {
-		return fmt.Errorf("the leader %q has no candidate row (a version without candidates, or two electors share its Identity): it cannot be asked (%v)", cur.Identity, err)
+		return delivered{}, fmt.Errorf("the leader %q has no candidate row (a version without candidates, or two electors share its Identity): it cannot be asked (%v)", cur.Identity, err)
+	}
+	if m, ok := candidateOf(cand); !ok || m.Election != election || m.Identity != cur.Identity {
+		return delivered{}, fmt.Errorf("the row %q is not its candidate row (another election's lease, made by a version that allowed such names?): it is not broken", cand.Name)
 	}
 	md, _ := json.Marshal(r)
-	req, err := store.TryAcquire(ctx, requestName(election, cur.Term), requestTTL, lease.WithMetadata(md))
+	name := requestName(election, cur.Term)
+	req, err := store.TryAcquire(ctx, name, requestTTL, lease.WithMetadata(md))
+	if errors.Is(err, lease.ErrHeld) {
+		return pending(ctx, store, name, cur.Term, r)
+	}
 	if err != nil {
-		return fmt.Errorf("write the request for term %d: %w", cur.Term, err)
+		return delivered{}, fmt.Errorf("write the request for term %d: %w", cur.Term, err)
 	}
-	// The row stays held until its TTL: the leader reads it, and a second
-	// request for this term is refused meanwhile. The Lease is not renewed.
-	_ = req
+	// The row stays held (not renewed) until the requester has seen the
+	// answer, or at most requestTTL: the leader reads it meanwhile.
 	if _, err := store.BreakAcquisition(ctx, cand.Name, cand.Owner, cand.Token); err != nil {
-		return fmt.Errorf("wake the leader: %w", err)
+		forgetRequest(ctx, store, req)
+		return delivered{}, fmt.Errorf("wake the leader: %w", err)
 	}
-	return nil
+	return delivered{token: req.Token(), lease: req}, nil
 }
 
-// readRequest returns the request held for term, if any.
-func readRequest(ctx context.Context, store *lease.Store, election string, term int64) (request, bool) {
+// pending joins the request for term already under way if it asks what r
+// asks, or says what it asks.
+func pending(ctx context.Context, store *lease.Store, name string, term int64, r request) (delivered, error) {
+	info, err := store.Get(ctx, name)
+	if err != nil {
+		return delivered{}, fmt.Errorf("read the request under way for term %d: %w", term, err)
+	}
+	var p request
+	_ = json.Unmarshal(info.Metadata, &p)
+	if info.Held && p.Action == r.Action && p.To == r.To {
+		return delivered{token: info.Token}, nil
+	}
+	return delivered{}, fmt.Errorf("another request for term %d is under way (%s, to %q, from %s): try again once it is answered (within %v): %w",
+		term, p.Action, p.To, p.From, requestTTL, lease.ErrHeld)
+}
+
+// forgetRequest releases the request row this requester took and deletes
+// it (see forget), with a fresh bounded context.
+func forgetRequest(ctx context.Context, store *lease.Store, req *lease.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if req.Release(ctx) == nil {
+		_, _ = store.Forget(ctx, req.Name(), req.Token())
+	}
+}
+
+// readRequest returns the request held for term, if any, with its row.
+func readRequest(ctx context.Context, store *lease.Store, election string, term int64) (request, lease.Info, bool) {
 	info, err := store.Get(ctx, requestName(election, term))
 	if err != nil || !info.Held {
-		return request{}, false
+		return request{}, info, false
 	}
 	var r request
 	if json.Unmarshal(info.Metadata, &r) != nil || (r.Action != actionResign && r.Action != actionHandOver) {
-		return request{}, false
+		return request{}, info, false
 	}
-	return r, true
+	return r, info, true
 }
 
-// awaitTerm polls the election until a term later than term is held.
-func awaitTerm(ctx context.Context, store *lease.Store, election string, term int64) (Leader, error) {
+// awaitTerm polls the election, with capped backoff, until a term later
+// than term is held, or the leader refused the request (it broke the
+// request's row, of token reqToken).
+func awaitTerm(ctx context.Context, store *lease.Store, election string, term, reqToken int64) (Leader, error) {
+	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	for {
 		info, err := store.Get(ctx, leaseName(election))
 		if err == nil && info.Held && info.Token > term {
 			return leaderFromInfo(election, info), nil
 		}
-		if !sleep(ctx, 10*time.Millisecond+time.Duration(time.Now().UnixNano()%10)*time.Millisecond) {
+		if req, err := store.Get(ctx, requestName(election, term)); err == nil && req.Token != reqToken {
+			return Leader{}, fmt.Errorf("leader: request in %q: the leader of term %d refused it (%w by its reading) and leads on", election, term, ErrNoCandidate)
+		}
+		if bo.Wait(ctx) != nil {
 			return Leader{}, fmt.Errorf("leader: request in %q: delivered; no later term than %d held yet: %w", election, term, context.Cause(ctx))
 		}
 	}

@@ -122,7 +122,9 @@ func (t Term) checked(now, until time.Time) time.Time {
 // locks the lease row FOR SHARE, so no later term can begin before tx ends:
 // tx's writes commit only while this term leads. It returns an error
 // wrapping [lease.ErrNotHeld] when the term is over, and for the zero
-// Term, which is no term. See [lease.Lease.Guard].
+// Term, which is no term. While tx is open, [Term.Proclaim] of the same
+// term waits for it (its update needs the row that tx locks): do not
+// proclaim inside tx. See [lease.Lease.Guard].
 func (t Term) Guard(ctx context.Context, tx pgx.Tx) error {
 	if t.lease == nil {
 		return fmt.Errorf("leader: guard: the zero Term is no term (use the one Run hands to lead): %w", lease.ErrNotHeld)

@@ -3,7 +3,9 @@ package leader
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -60,18 +62,23 @@ func (t Term) Value() string {
 // statement scoped to the term, and notifies observers, whose
 // [Elector.Observe] delivers the new [Leader]. The elector's candidate row
 // and its later terms carry the new value too. value is at most
-// [MaxValueLen] bytes of valid UTF-8. It returns an error wrapping
+// [MaxValueLen] bytes of valid UTF-8 without NUL (refused before any
+// round trip: jsonb cannot store it). It returns an error wrapping
 // [lease.ErrNotHeld] once the term is over (the zero Term too); any other
 // error is an unknown outcome — the row may show the old value or the new
-// one — and leaves the term as it was. ctx bounds the round trips.
+// one — and leaves the term as it was. ctx bounds the round trips: the
+// term row's update, then (best effort, 5s at most) the candidate row's
+// and the notification. Proclaim waits for a [Term.Guard] transaction of
+// the same term that is open on the row (its FOR SHARE lock): do not call
+// it from inside one, nor while one is held open elsewhere for long.
 func (t Term) Proclaim(ctx context.Context, value string) error {
 	switch {
 	case t.pub == nil || t.lease == nil:
 		return fmt.Errorf("leader: proclaim: the zero Term is no term: %w", lease.ErrNotHeld)
 	case ctx == nil:
 		return fmt.Errorf("leader: proclaim in %q: nil context", t.Election)
-	case len(value) > MaxValueLen || !utf8.ValidString(value):
-		return fmt.Errorf("leader: proclaim in %q: value is %d bytes, more than %d, or not valid UTF-8", t.Election, len(value), MaxValueLen)
+	case checkValue(value) != nil:
+		return fmt.Errorf("leader: proclaim in %q: value: %w", t.Election, checkValue(value))
 	case t.Context().Err() != nil:
 		return fmt.Errorf("leader: proclaim in %q: term %d is over: %w", t.Election, t.Number, lease.ErrNotHeld)
 	}
@@ -79,8 +86,24 @@ func (t Term) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("leader: proclaim in %q, term %d: %w", t.Election, t.Number, err)
 	}
 	e := t.pub.e
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	e.setValue(ctx, value)
-	e.notify(ctx)
+	e.announce(ctx)
+	return nil
+}
+
+// checkValue checks a candidate's or a leader's value: at most
+// MaxValueLen bytes of valid UTF-8 without NUL, which jsonb cannot hold.
+func checkValue(v string) error {
+	switch {
+	case len(v) > MaxValueLen:
+		return fmt.Errorf("%d bytes, more than %d", len(v), MaxValueLen)
+	case !utf8.ValidString(v):
+		return errors.New("not valid UTF-8")
+	case strings.IndexByte(v, 0) >= 0:
+		return errors.New("holds a NUL character, which PostgreSQL's jsonb cannot store")
+	}
 	return nil
 }
 
@@ -92,7 +115,8 @@ func (e *Elector) value() string {
 }
 
 // setValue records value for later terms and in the candidate row (best
-// effort: a failure is logged, and a candidate row taken again carries it).
+// effort, bounded by ctx: a failure is logged, and a candidate row taken
+// again carries it).
 func (e *Elector) setValue(ctx context.Context, value string) {
 	e.mu.Lock()
 	e.val = value
@@ -102,8 +126,6 @@ func (e *Elector) setValue(ctx context.Context, value string) {
 		return
 	}
 	md, _ := json.Marshal(candidateMeta{Election: e.cfg.Name, Identity: e.cfg.Identity, Value: value})
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
 	if err := c.SetMetadata(ctx, md); err != nil {
 		e.cfg.Logger.Debug("leader: set value in candidate row", "election", e.cfg.Name, "err", err)
 	}

@@ -13,7 +13,11 @@
 //
 // A [Store] works on one table (default public.pglocks_leases; see
 // [SchemaSQL] and [Store.Migrate]) through a pgxpool.Pool. Each name has one
-// row, never deleted. [Store.TryAcquire] takes the row when it is free,
+// row, which this package never deletes — so a name's tokens only grow —
+// unless asked to by [Store.Forget] or [Store.ForgetIdle], which delete
+// free rows only and are only for names whose tokens fence nothing (a
+// deleted name starts over at token 1; package leader uses them for its
+// candidate and request rows, never for an election's term). [Store.TryAcquire] takes the row when it is free,
 // released or expired, in one statement and one round trip, giving the new
 // holder token = previous token + 1; when the row is held it reports the
 // holder in a [*HeldError] without locking or writing anything

@@ -28,8 +28,10 @@ import (
 //		metadata    jsonb
 //	) with (fillfactor = 70);
 //
-// Rows are never deleted: the token of a name survives its release, so the
-// next acquisition's token is higher. The attempt column identifies the
+// Rows are never deleted (but by [Store.Forget] and [Store.ForgetIdle],
+// for names whose tokens fence nothing): the token of a name survives its
+// release, so the next acquisition's token is higher. Those two need
+// DELETE on the table; nothing else does. The attempt column identifies the
 // acquire attempt that took the row, so that an attempt whose outcome is
 // unknown can be cleaned up without touching any other acquisition; a table
 // made by an earlier version gets it from Migrate (alter table … add column,

@@ -1,0 +1,71 @@
+package leader
+
+import (
+	"context"
+	"time"
+
+	"github.com/pglocks/pglocks/internal/backoff"
+	"github.com/pglocks/pglocks/lease"
+)
+
+// startTending runs tend for the term t on a goroutine of its own; stop
+// tells it to end, wait waits until it has.
+func (e *Elector) startTending(t *tenure) (stop, wait func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.tend(ctx, t) }()
+	return cancel, func() { <-done }
+}
+
+// tend keeps this leader's candidate row while it leads, off the watch, so
+// that no database call ever holds up the watch's reaction to the term's
+// loss. It takes the row if the elector was elected before it had one.
+// When the row is lost — a request breaks it (see [RequestResign]) — it
+// answers the request of this term, which may end the term as Resign or
+// HandOver does (through t.once: the watch sees t.resign), and takes the
+// row again. A row that cannot be taken (another process holds it, the
+// database does not answer) is retried with capped, jittered backoff up to
+// TTL; meanwhile the leader cannot be asked anything. Every call is
+// bounded by RetryInterval + 5s and ends with ctx, cancelled once the
+// watch has returned.
+func (e *Elector) tend(ctx context.Context, t *tenure) {
+	bo := backoff.Backoff{Min: min(100*time.Millisecond, e.cfg.RetryInterval), Max: max(2*e.cfg.RetryInterval, e.cfg.TTL)}
+	for ctx.Err() == nil {
+		if c := e.candidacy(); c != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.Context().Done():
+			}
+			e.dropCandidacy(c)
+			e.bounded(ctx, func(ctx context.Context) error { e.answerRequest(ctx, t); return nil })
+			continue
+		}
+		err := e.bounded(ctx, e.ensureCandidate)
+		switch {
+		case e.candidacy() != nil:
+			bo.Reset()
+		case err != nil: // cannot succeed: the next campaign says why
+			return
+		case !sleep(ctx, bo.Next()):
+			return
+		}
+	}
+}
+
+// bounded runs f with ctx bounded by RetryInterval + 5s.
+func (e *Elector) bounded(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.RetryInterval+5*time.Second)
+	defer cancel()
+	return f(ctx)
+}
+
+// dropCandidacy forgets the candidate lease c, which has ended, unless
+// another has replaced it.
+func (e *Elector) dropCandidacy(c *lease.Lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cand == c {
+		e.cand = nil
+	}
+}
