@@ -120,7 +120,7 @@ func TestMisroutedProbeConnection(t *testing.T) {
 	l := newLocker(t, pool, advisory.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lk, err := l.TryLock(ctx, pglocks.KeyOf("x"))
+	_, err = l.TryLock(ctx, pglocks.KeyOf("x"))
 	t.Logf("TryLock: %v", err)
 	if errors.Is(err, advisory.ErrLocksDoNotExclude) {
 		t.Fatalf("one misrouted probe connection refused the Locker: %v", err)
@@ -131,7 +131,8 @@ func TestMisroutedProbeConnection(t *testing.T) {
 	// Lock waits through the failed dial's pacing and dials again.
 	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer lcancel()
-	if lk, err = l.Lock(lctx, pglocks.KeyOf("x")); err != nil {
+	lk, err := l.Lock(lctx, pglocks.KeyOf("x"))
+	if err != nil {
 		t.Fatalf("Lock after the misrouted probe: %v", err)
 	}
 	_ = lk.Unlock(ctx)

@@ -83,9 +83,15 @@ func TestEngineProofCost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var probes int
-	if err := db.Conn(t).QueryRow(ctx, "select count(*) from pg_stat_activity where application_name = 'pglocks engine probe'").Scan(&probes); err != nil {
-		t.Fatal(err)
+	// A closed connection's backend leaves pg_stat_activity a moment after
+	// the client closed it: wait for this database's probes to go.
+	probes := -1
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(30 * time.Second); probes != 0 && time.Now().Before(deadline); <-tick.C {
+		if err := db.Conn(t).QueryRow(ctx, "select count(*) from pg_catalog.pg_stat_activity where application_name = 'pglocks engine probe' and datname = pg_catalog.current_database()").Scan(&probes); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if probes != 0 {
 		t.Fatalf("%d probe connections left open", probes)
