@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/internal/dial"
+	"github.com/pglocks/pglocks/internal/lockstmt"
 	"github.com/pglocks/pglocks/internal/outcome"
 	"github.com/pglocks/pglocks/internal/pooler"
 )
@@ -136,26 +137,20 @@ const (
 // stmt returns the name and SQL of a prepared statement. Key arguments come
 // first ($1, or $1, $2 for a pair), then channel and payload.
 func stmt(kind stmtKind, space pglocks.Space, shared, want bool) (name, sql string) {
-	args, next := "$1", 2
-	if space == pglocks.SpaceInt32Pair {
-		args, next = "$1, $2", 3
-	}
-	mode := ""
-	if shared {
-		mode = "_shared"
-	}
-	notify := fmt.Sprintf("pg_notify($%d, $%d)", next, next+1)
+	pair := space == pglocks.SpaceInt32Pair
+	_, next := lockstmt.Args(pair)
+	notify := fmt.Sprintf("pg_catalog.pg_notify($%d::text, $%d::text)", next, next+1)
 	switch kind {
 	case stmtTry:
 		if want {
-			sql = "select l, case when not l then " + notify + " end from pg_try_advisory_lock" + mode + "(" + args + ") as l"
+			sql = "select l, case when not l then " + notify + " end from " + lockstmt.Call(lockstmt.Try(shared), pair) + " as l"
 		} else {
-			sql = "select pg_try_advisory_lock" + mode + "(" + args + ")"
+			sql = lockstmt.Select(lockstmt.Try(shared), pair)
 		}
 	case stmtUnlock:
-		sql = "select pg_advisory_unlock" + mode + "(" + args + ")"
+		sql = lockstmt.Select(lockstmt.Release(shared), pair)
 	case stmtUnlockNotify:
-		sql = "select pg_advisory_unlock" + mode + "(" + args + "), " + notify
+		sql = lockstmt.Select(lockstmt.Release(shared), pair) + ", " + notify
 	}
 	name = fmt.Sprintf("pglocks_%d_%d_%t_%t", kind, space, shared, want)
 	return name, sql

@@ -283,20 +283,33 @@
 //
 // # Engines whose locks lie
 //
-// The Locker does not trust a version string: at its first connection it
-// proves, once, that the server's session advisory locks exclude across
-// sessions — it takes a random key on that session, which a second,
-// short-lived connection must be refused, and which pg_advisory_unlock
-// must then free (one more connection and four statements, a few
-// milliseconds, once per Locker; later sessions cost one atomic load
-// more). Where they do not — CockroachDB's advisory-lock functions return
-// success and lock nothing; a search_path that puts a schema before
-// pg_catalog can shadow them — every session-lock operation fails at once
-// with [ErrLocksDoNotExclude] (TestLocksThatDoNotExcludeAreRefused). The
-// transaction locks ([XactLock] and its kin) run on the caller's
-// transaction and are not probed per call: `pglocks doctor` checks them
-// and clock_timestamp() too. Neither are the functions on a caller's
-// connection ([TrySessionLock] and its kin).
+// The Locker does not trust a version string: at its first connection to
+// a server it proves that the server's session advisory locks exclude
+// across sessions. It runs its own statements (extended protocol, binary
+// parameters) for every form it sends — exclusive and shared, bigint and
+// pair keys — on random keys, on that session and a second, short-lived
+// connection: exclusive refuses both modes to the other session, shared
+// grants shared and refuses exclusive, unlock frees (one more connection,
+// two identity reads and 26 lock statements, a few milliseconds). Every
+// session reads its server's identity (postmaster start time, port,
+// database: one round trip) and a server proved before costs no more; a
+// new one, after a failover or restart, is probed again. A probe
+// connection that reached another server, a standby or the same backend
+// is no verdict (the dial fails and the next probes again), and a failure
+// is confirmed on a fresh pair before it is kept. Where the locks do not
+// exclude — CockroachDB's advisory-lock functions return success and lock
+// nothing — every session-lock operation fails at once with
+// [ErrLocksDoNotExclude] (TestLocksThatDoNotExcludeAreRefused, against
+// PostgreSQL whose own functions are made to lie). pglocks calls every
+// advisory-lock function pg_catalog-qualified with typed parameters, so a
+// schema before pg_catalog in the search_path, or an overload in another
+// schema, cannot replace the function it reaches (TestShadowedSharedFormsOnly,
+// TestFloat8OverloadInPublic). The probe's statements run under the role's
+// statement_timeout (one it cancels is no verdict). The transaction locks
+// ([XactLock] and its kin) run on the caller's transaction and are not
+// probed per call: `pglocks doctor` checks them and clock_timestamp() too.
+// Neither are the functions on a caller's connection ([TrySessionLock] and
+// its kin).
 //
 // # When a statement fails
 //

@@ -64,19 +64,25 @@ var (
 	// is not retried. Use [XactLock] and its kin, or the lease package,
 	// behind such a pooler, or give the Locker a pool that reaches
 	// PostgreSQL directly or through a session-mode pooler.
+	ErrTransactionPooling = errors.New("advisory: session locks refused: the pool reaches PostgreSQL through a pooler in transaction or statement mode (use XactLock or leases, or a direct or session-mode connection)")
+
 	// ErrLocksDoNotExclude is returned (wrapped with what the server did,
 	// at once, by every session-lock operation of a [Locker]) when the
-	// server's session advisory locks do not exclude across sessions: a
-	// probe key the Locker took on its first session was granted to a
-	// second session too, or pg_advisory_unlock did not free it.
-	// CockroachDB's pg_advisory_lock functions are such stubs, and a
-	// search_path that puts a schema before pg_catalog can shadow them. The
-	// Locker proves this once, at its first connection, whatever the
-	// server's version string says; it is not retried. Use the lease
-	// package on such a server, if its clock passes `pglocks doctor`.
+	// server's own session advisory locks do not exclude across sessions:
+	// a probe key the Locker took on its first session to that server was
+	// granted to a second session too, in some form the Locker uses
+	// (exclusive or shared, bigint or pair key), or unlock did not free it
+	// — found twice, on two pairs of connections to the same server.
+	// CockroachDB's pg_advisory_lock functions are such stubs (documented
+	// by the vendor; this refusal is tested here against PostgreSQL whose
+	// own functions are made to lie, not against CockroachDB). pglocks calls
+	// the functions pg_catalog-qualified with typed parameters, so a
+	// search_path or an overload elsewhere cannot replace them. It is not
+	// retried for that server; a Locker whose connections later reach
+	// another server (a failover) probes that one. The lease package is no
+	// remedy on CockroachDB (not supported there); on another such engine,
+	// run `pglocks doctor --need=leases` before relying on leases.
 	ErrLocksDoNotExclude = errors.New("advisory: session locks refused: the server's advisory locks do not exclude across sessions")
-
-	ErrTransactionPooling = errors.New("advisory: session locks refused: the pool reaches PostgreSQL through a pooler in transaction or statement mode (use XactLock or leases, or a direct or session-mode connection)")
 )
 
 // opError says which operation on which key failed, and wraps why.

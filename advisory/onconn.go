@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/internal/dial"
+	"github.com/pglocks/pglocks/internal/lockstmt"
 	"github.com/pglocks/pglocks/internal/outcome"
 	"github.com/pglocks/pglocks/internal/pooler"
 )
@@ -83,7 +84,7 @@ func SessionUnlock(ctx context.Context, conn *pgx.Conn, key pglocks.Key) error {
 	if err := checkOnConn(ctx, conn, key); err != nil {
 		return opErr(op, key, err)
 	}
-	ok, err := callOnConn(ctx, conn, "pg_advisory_unlock", key)
+	ok, err := callOnConn(ctx, conn, lockstmt.Unlock, key)
 	switch {
 	case err != nil:
 		return opErr(op, key, err)
@@ -100,7 +101,7 @@ func lockOnConn(ctx context.Context, op string, conn *pgx.Conn, key pglocks.Key,
 	if err := checkSession(ctx, conn); err != nil {
 		return opErr(op, key, err)
 	}
-	try := func() (bool, error) { return callOnConn(ctx, conn, "pg_try_advisory_lock", key) }
+	try := func() (bool, error) { return callOnConn(ctx, conn, lockstmt.TryLock, key) }
 	if wait {
 		return opErr(op, key, poll(ctx, try))
 	}
@@ -186,7 +187,7 @@ func checkSession(ctx context.Context, conn *pgx.Conn) error {
 // and returns its answer. A failure after the statement was sent closes
 // conn: the lock's state on the session is unknown, and ending the
 // session settles it (no lock).
-func callOnConn(ctx context.Context, conn *pgx.Conn, fn string, key pglocks.Key) (bool, error) {
+func callOnConn(ctx context.Context, conn *pgx.Conn, fn lockstmt.Fn, key pglocks.Key) (bool, error) {
 	sql, args := lockCall(fn, key)
 	var ok bool
 	err := conn.QueryRow(ctx, sql, args...).Scan(&ok)
@@ -200,12 +201,13 @@ func callOnConn(ctx context.Context, conn *pgx.Conn, fn string, key pglocks.Key)
 }
 
 // lockCall returns the statement that calls the advisory-lock function fn
-// on key, and its arguments.
-func lockCall(fn string, key pglocks.Key) (string, []any) {
+// on key (pg_catalog-qualified, its parameters typed: see
+// internal/lockstmt), and its arguments.
+func lockCall(fn lockstmt.Fn, key pglocks.Key) (string, []any) {
 	if hi, lo, isPair := key.Pair(); isPair {
-		return "select " + fn + "($1::int4, $2::int4)", []any{hi, lo}
+		return lockstmt.Select(fn, true), []any{hi, lo}
 	}
-	return "select " + fn + "($1::int8)", []any{key.Int64()}
+	return lockstmt.Select(fn, false), []any{key.Int64()}
 }
 
 // poll calls try until it reports the lock taken, fails, or ctx ends,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pglocks/pglocks/internal/lockstmt"
 )
 
 // session is one dedicated server connection that holds session locks.
@@ -259,7 +260,7 @@ func (s *session) shutdown() {
 	defer cancel()
 	s.arm()
 	rest := s.stop(ErrClosed)
-	_, err := s.conn.Exec(ctx, "select pg_advisory_unlock_all()").ReadAll()
+	_, err := s.conn.Exec(ctx, lockstmt.UnlockAll).ReadAll()
 	_ = s.conn.Close(ctx)
 	s.l.mu.Lock()
 	s.l.removeSessionLocked(s)

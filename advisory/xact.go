@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/lockstmt"
 )
 
 // TryXactLock takes the exclusive transaction-scoped lock on key in tx
@@ -82,11 +83,7 @@ func waitXact(ctx context.Context, op string, tx pgx.Tx, key pglocks.Key, shared
 }
 
 func tryXactOnce(ctx context.Context, tx pgx.Tx, key pglocks.Key, shared bool) (bool, error) {
-	fn := "pg_try_advisory_xact_lock"
-	if shared {
-		fn += "_shared"
-	}
-	sql, args := lockCall(fn, key)
+	sql, args := lockCall(lockstmt.TryXact(shared), key)
 	var ok bool
 	err := tx.QueryRow(ctx, sql, xactArgs(tx, args...)...).Scan(&ok)
 	return ok, err

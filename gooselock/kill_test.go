@@ -97,7 +97,7 @@ func TestKilledReplicaFreesLock(t *testing.T) {
 	waitFor(t, "the waiting replica's tries", func() bool {
 		var n int
 		err := watch.QueryRow(ctx, `select count(*) from pg_stat_activity
-			where application_name = 'gooselock-waiter' and query = 'select pg_try_advisory_lock($1::int8)'`).Scan(&n)
+			where application_name = 'gooselock-waiter' and query = 'select pg_catalog.pg_try_advisory_lock($1::int8)'`).Scan(&n)
 		return err == nil && n > 0
 	})
 	killed := time.Now()

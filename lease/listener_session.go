@@ -142,7 +142,7 @@ func (lis *listener) reconcile(ctx context.Context, conn *pgx.Conn) (time.Durati
 	}
 	lis.mu.Unlock()
 	for _, name := range unlock {
-		if _, err := conn.Exec(ctx, "select pg_advisory_unlock_shared($1)", interestKey(lis.s.q.channel, name)); err != nil {
+		if _, err := conn.Exec(ctx, "select pg_catalog.pg_advisory_unlock_shared($1::int8)", interestKey(lis.s.q.channel, name)); err != nil {
 			return 0, err
 		}
 		lis.mu.Lock()
@@ -154,7 +154,7 @@ func (lis *listener) reconcile(ctx context.Context, conn *pgx.Conn) (time.Durati
 		lis.mu.Unlock()
 	}
 	for _, name := range lock {
-		_, err := conn.Exec(ctx, "select pg_advisory_lock_shared($1)", interestKey(lis.s.q.channel, name))
+		_, err := conn.Exec(ctx, "select pg_catalog.pg_advisory_lock_shared($1::int8)", interestKey(lis.s.q.channel, name))
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			next = minPositive(next, interestRetry)

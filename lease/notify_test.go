@@ -125,7 +125,7 @@ func TestListenerKilled(t *testing.T) {
 	waitParked(t, b.store)
 	var pids []uint32
 	rows, err := b.pool.Query(ctx, `select pid from pg_stat_activity where datname = current_database()
-		and (query like 'select pg_advisory_lock_shared%' or query like 'set lock_timeout%')`)
+		and (query like 'select pg_catalog.pg_advisory_lock_shared%' or query like 'set lock_timeout%')`)
 	if err == nil {
 		pids, err = pgx.CollectRows(rows, pgx.RowTo[uint32])
 	}

@@ -136,7 +136,7 @@ where l.name = k.name and l.owner = k.owner and l.token = k.token and l.expires_
 	// tells the holder, always, and first: a store that hears of the
 	// release has dropped its lease already when its waiters wake.
 	notify := func(channel, key string) string {
-		return "case when pg_try_advisory_xact_lock(" + key + ") then null else pg_notify(" + channel + ", " + releasedPayload + ") end"
+		return "case when pg_catalog.pg_try_advisory_xact_lock(" + key + ") then null else pg_notify(" + channel + ", " + releasedPayload + ") end"
 	}
 	// release and cleanup only give up ownership: their commits do not
 	// wait for the WAL flush ({GIVEUP}; see giveUp), which halves the

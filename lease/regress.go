@@ -147,5 +147,5 @@ func raiseSQL(cfg Config) string {
 	return strings.NewReplacer("{T}", pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize(), "{DURABLE}", durable).Replace(`with {DURABLE}
 update {T} set owner = null, expires_at = clock_timestamp(), token = greatest(token, $4::bigint)
 where name = $1 and owner = $2 and token = $3 and exists (select from durable)
-returning case when pg_try_advisory_xact_lock($6::bigint) then null else pg_notify($5, ` + releasedPayload + `) end`)
+returning case when pg_catalog.pg_try_advisory_xact_lock($6::bigint) then null else pg_notify($5, ` + releasedPayload + `) end`)
 }

@@ -30,7 +30,7 @@ const releaseManySQL = `with lk as (
 update {T} l set owner = null, expires_at = clock_timestamp()
 from lk where l.name = lk.name and l.owner = lk.owner and l.token = lk.token and l.expires_at > clock_timestamp()
 returning l.name, lk.owner, l.token, {GIVEUP},
-	case when pg_try_advisory_xact_lock(lk.key) then null else pg_notify($5, 'r' || l.name) end`
+	case when pg_catalog.pg_try_advisory_xact_lock(lk.key) then null else pg_notify($5, 'r' || l.name) end`
 
 // queuedRelease is a release waiting for a batch (see combiner).
 type queuedRelease struct {

@@ -97,7 +97,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		lockName := "pglocks:lease:migrate:" + s.cfg.Schema + "." + s.cfg.Table
-		if _, err := tx.Exec(ctx, "select pg_advisory_xact_lock(hashtextextended($1, 0))", txArgs(tx, []any{lockName})...); err != nil {
+		if _, err := tx.Exec(ctx, "select pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1::text, 0))", txArgs(tx, []any{lockName})...); err != nil {
 			return err
 		}
 		for _, stmt := range schemaStatements(s.cfg) {

@@ -87,7 +87,7 @@ func (r *Runner) Migrate(ctx context.Context) error {
 	}
 	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
 		lockName := "pglocks:schedule:migrate:" + r.cfg.Schema + "." + r.cfg.Table
-		if _, err := tx.Exec(ctx, "select pg_advisory_xact_lock(hashtextextended($1::text, 0))", r.args(lockName)...); err != nil {
+		if _, err := tx.Exec(ctx, "select pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1::text, 0))", r.args(lockName)...); err != nil {
 			return err
 		}
 		for _, stmt := range schemaStatements(r.cfg) {

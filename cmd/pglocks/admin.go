@@ -12,7 +12,7 @@ import (
 
 // cmdKey prints the advisory-lock key of a name, for scripts:
 //
-//	psql -c "select pg_try_advisory_lock($(pglocks key nightly))"
+//	psql -c "select pg_catalog.pg_try_advisory_lock($(pglocks key nightly))"
 func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, _ := newFlags(ctx, "key", helps["key"], stdout, stderr, false)
 	sql := fs.Bool("sql", false, "print the SQL expression that computes the key instead")

@@ -88,12 +88,12 @@ func examine(ctx context.Context, pool *pgxpool.Pool, userMode pgx.QueryExecMode
 // sessionLockKept takes a session lock in one statement and looks for it in
 // the next, then unlocks it.
 func sessionLockKept(ctx context.Context, conn *pgx.Conn) bool {
-	const key = "hashtextextended('pglocks doctor', 0)"
+	const key = "pg_catalog.hashtextextended('pglocks doctor', 0)"
 	var ok bool
-	if err := conn.QueryRow(ctx, "select pg_try_advisory_lock("+key+")", pgx.QueryExecModeSimpleProtocol).Scan(&ok); err != nil || !ok {
+	if err := conn.QueryRow(ctx, "select pg_catalog.pg_try_advisory_lock("+key+")", pgx.QueryExecModeSimpleProtocol).Scan(&ok); err != nil || !ok {
 		return false
 	}
-	defer conn.Exec(ctx, "select pg_advisory_unlock("+key+")", pgx.QueryExecModeSimpleProtocol)
+	defer conn.Exec(ctx, "select pg_catalog.pg_advisory_unlock("+key+")", pgx.QueryExecModeSimpleProtocol)
 	err := conn.QueryRow(ctx, `select exists (select from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()
 		and granted and (classid::int8 << 32 | objid::int8) = `+key+`)`, pgx.QueryExecModeSimpleProtocol).Scan(&ok)
 	return err == nil && ok

@@ -11,10 +11,9 @@ import (
 
 // engineFindings is what the engine probe (internal/engine) found: whether
 // the server's advisory locks exclude and its clock advances, whatever its
-// version string says.
+// version string says. A check that could not decide records its error;
+// the others still run.
 type engineFindings struct {
-	tried  bool
-	note   string // why it was not tried, or the probe's error
 	report engine.Report
 }
 
@@ -23,58 +22,60 @@ type engineFindings struct {
 func (f *findings) probeEngine(ctx context.Context, cfg *pgxpool.Config, conn dial.Conn) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // behind a full pooler the second connection waits
 	defer cancel()
-	r, err := engine.Probe(ctx, cfg, conn, f.mode.KeepsSession())
-	if err != nil {
-		f.engine.note = "not decided: " + oneLine(err.Error())
-		return
-	}
-	f.engine.tried, f.engine.report = true, r
+	f.engine.report = engine.Probe(ctx, cfg, conn, f.mode.KeepsSession())
 }
 
 // engineRows prints one row per primitive and the verdict.
 func (f *findings) engineRows(row func(k, v string)) {
-	e := f.engine
-	check := func(fail *engine.Failure) string {
+	r := f.engine.report
+	check := func(c engine.Finding) string {
 		switch {
-		case !e.tried:
-			return e.note
-		case fail != nil:
-			return "NO: " + fail.What
+		case c.Err != nil:
+			return "not decided: " + oneLine(c.Err.Error())
+		case c.Failure != nil:
+			return "NO: " + c.Failure.What
 		}
 		return "yes"
 	}
-	session := check(e.report.SessionLocks)
-	if e.report.SessionSkipped {
+	session := check(r.SessionLocks)
+	if r.SessionSkipped {
 		session = "not tried: " + f.mode.String() + " strands session locks"
 	}
 	row("session advisory locks exclude", session)
-	row("transaction advisory locks exclude", check(e.report.XactLocks))
-	row("clock_timestamp() advances", check(e.report.Clock))
+	row("transaction advisory locks exclude", check(r.XactLocks))
+	row("clock_timestamp() advances", check(r.Clock))
 	verdict := "behaves as PostgreSQL (advisory locks exclude, clock advances)"
-	if e.report.SessionSkipped {
+	if r.SessionSkipped {
 		verdict = "behaves as PostgreSQL as far as tried (transaction locks exclude, clock advances)"
 	}
 	switch {
-	case !e.tried:
-		verdict = "undecided (" + e.note + ")"
-	case len(e.report.Failures()) > 0:
+	case len(r.Failures()) > 0:
 		verdict = "NOT COMPATIBLE: pglocks refuses what fails below"
+	case !r.SessionLocks.Decided() || !r.XactLocks.Decided() || !r.Clock.Decided():
+		verdict = "undecided: a check could not run (see above); what it checks is not called safe"
 	}
 	row("compatibility", verdict)
 }
 
-// engineSafety adds the features that the engine's failures make unsafe.
+// engineSafety adds the features that the engine's failures make unsafe,
+// and those whose check could not decide: undecided is not safe.
 func (f *findings) engineSafety(add func(feature, reason string)) {
 	r := f.engine.report
-	if r.SessionLocks != nil {
-		add("session-locks", r.SessionLocks.Error()+" (advisory.ErrLocksDoNotExclude)")
-		add("leader", "session locks do not exclude")
+	why := func(c engine.Finding) string {
+		if c.Failure != nil {
+			return c.Failure.Error()
+		}
+		return "not decided: " + oneLine(c.Err.Error())
 	}
-	if r.XactLocks != nil {
-		add("xact-locks", r.XactLocks.Error())
+	if s := r.SessionLocks; !r.SessionSkipped && (s.Failure != nil || s.Err != nil) {
+		add("session-locks", why(s)+" (advisory.ErrLocksDoNotExclude)")
+		add("leader", "session locks: "+why(s))
 	}
-	if r.Clock != nil {
-		add("leases", r.Clock.Error()+": a lease would never expire")
-		add("leader", "the server clock does not advance")
+	if x := r.XactLocks; x.Failure != nil || x.Err != nil {
+		add("xact-locks", why(x))
+	}
+	if c := r.Clock; c.Failure != nil || c.Err != nil {
+		add("leases", why(c)+": a lease might never expire")
+		add("leader", "the server clock: "+why(c))
 	}
 }

@@ -35,7 +35,7 @@ func TestDoctorEngineVerdict(t *testing.T) {
 		if code != 0 {
 			t.Errorf("status %d with --need=xact-locks, want 0", code)
 		}
-		wantLine(t, out, "session advisory locks exclude", "NO: pg_try_advisory_lock granted a key another session holds")
+		wantLine(t, out, "session advisory locks exclude", "NO: pg_try_advisory_lock(int8) granted a key another session holds")
 		wantLine(t, out, "transaction advisory locks exclude", "yes")
 		wantLine(t, out, "clock_timestamp() advances", "NO")
 		wantLine(t, out, "compatibility", "NOT COMPATIBLE")

@@ -64,7 +64,7 @@ schedule). A missing table is named, with the command that creates it.
 	"key": `usage: pglocks key [--sql] NAME
 
 Prints the advisory-lock key of NAME, for scripts:
-  psql -c "select pg_try_advisory_lock($(pglocks key nightly))"
+  psql -c "select pg_catalog.pg_try_advisory_lock($(pglocks key nightly))"
 `,
 	"migrate": `usage: pglocks migrate [--schema S] [--table T] [--run-table T]
 

@@ -1,29 +1,44 @@
 // Package engine proves, on the server a pool reaches, the server-side
 // behaviour pglocks relies on but cannot read from a version string:
-// that a session advisory lock taken by one session is refused to another
-// and freed by pg_advisory_unlock, that a transaction advisory lock is
-// refused to another session while its transaction is open, and that
-// clock_timestamp() advances within a transaction (a lease's expiry is
-// judged by it). PostgreSQL-compatible engines differ exactly there:
+// that session advisory locks taken by one session are refused to another
+// as PostgreSQL's are (exclusive against all, shared against exclusive,
+// shared with shared) and freed by unlock, that a transaction advisory
+// lock is refused to another session while its transaction is open, and
+// that clock_timestamp() advances within a transaction (a lease's expiry
+// is judged by it). PostgreSQL-compatible engines differ exactly there:
 // CockroachDB's session advisory-lock functions return success without
-// locking, and a database whose search_path puts a schema before
-// pg_catalog can shadow every one of these functions.
+// locking.
 //
-// The probe calls the functions unqualified, as pglocks' own statements
-// do, so it sees what those statements would see. It runs on a connection
-// the caller already has and one more short-lived connection of its own
-// (the second session a lock must exclude), on random keys that no other
-// client uses. Each finding is done (Ok, or a named [Failure]) or, when a
+// The probe runs pglocks' own statement texts (internal/lockstmt:
+// pg_catalog-qualified, parameters typed) with the extended protocol and
+// binary parameters, as the advisory Locker sends them, for every form
+// the Locker uses: exclusive and shared, bigint and (int4, int4) keys.
+// Because the calls are qualified, a schema before pg_catalog in the
+// search_path or an overload elsewhere cannot replace the functions they
+// reach; the probe proves that the server's own functions exclude.
+// clock_timestamp() is called unqualified, as the lease package's
+// statements call it, so the probe sees the clock they see.
+//
+// It runs on a connection the caller already has and one more short-lived
+// connection of its own (the second session a lock must exclude), on
+// random keys that no other client uses, under the role's
+// statement_timeout (a probe statement it cancels is an error, no
+// verdict). Both connections must reach the same server and database, a
+// primary, on two server backends (see [Server]): a second connection
+// that lands elsewhere — another server after a DNS or load-balancer flip,
+// a standby, another database, or the same backend through a pooler —
+// proves nothing, and is an error, never a [Failure].
+//
+// Each check's finding is done (ok, or a named *Failure) or, when a
 // statement failed on the way, an error: a transport or server error is
-// no verdict, and the caller must not take it for one.
+// no verdict, and the caller must not take it for one. A check's error
+// does not stop the others.
 package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
-	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,24 +64,36 @@ type Failure struct {
 
 func (f *Failure) Error() string { return string(f.Primitive) + ": " + f.What }
 
-// Report is what [Probe] found: nil for each primitive that behaves, else
-// its *Failure.
+// Finding is one check's outcome: ok (both nil), a Failure, or Err when
+// the check could not decide (no verdict).
+type Finding struct {
+	Failure *Failure
+	Err     error
+}
+
+// Decided reports whether the check reached a verdict.
+func (f Finding) Decided() bool { return f.Err == nil }
+
+// Report is what [Probe] found, one Finding per primitive.
 type Report struct {
+	// Server is the identity of the server the caller's connection
+	// reached (zero if it could not be read).
+	Server Server
 	// SessionSkipped: session locks were not probed (the caller's
 	// connection is behind a transaction-mode pooler, which would strand
-	// the probe's lock); SessionLocks is nil then.
+	// the probe's lock); SessionLocks is empty then.
 	SessionSkipped bool
-	SessionLocks   *Failure
-	XactLocks      *Failure
-	Clock          *Failure
+	SessionLocks   Finding
+	XactLocks      Finding
+	Clock          Finding
 }
 
 // Failures returns the report's failures, in the order above.
 func (r Report) Failures() []*Failure {
 	var out []*Failure
-	for _, f := range []*Failure{r.SessionLocks, r.XactLocks, r.Clock} {
-		if f != nil {
-			out = append(out, f)
+	for _, f := range []Finding{r.SessionLocks, r.XactLocks, r.Clock} {
+		if f.Failure != nil {
+			out = append(out, f.Failure)
 		}
 	}
 	return out
@@ -79,100 +106,113 @@ func (r Report) Failures() []*Failure {
 // returning. It leaves no lock behind on either (every lock is taken on a
 // random key and released, or dies with the closed connection). With
 // sessions false, first may be behind a transaction-mode pooler and
-// session locks are not probed.
-func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn, sessions bool) (Report, error) {
-	second, err := dial.Dedicated(ctx, pool, dial.Options{ApplicationName: "pglocks engine probe"})
-	if err != nil {
-		return Report{}, fmt.Errorf("engine probe: second connection: %w", err)
-	}
-	defer second.Close(context.WithoutCancel(ctx))
-	a, b := first.PgConn(), second.PgConn()
+// session locks are not probed. A check that fails on the way records its
+// error and the others still run.
+func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn, sessions bool) Report {
+	a := first.PgConn()
 	r := Report{SessionSkipped: !sessions}
-	if sessions {
-		if r.SessionLocks, err = sessionLocks(ctx, a, b); err != nil {
-			return Report{}, err
+	srv, err := identify(ctx, a)
+	r.Server = srv.Server
+	var b *pgconn.PgConn
+	if err == nil {
+		var done func()
+		b, done, err = pairWith(ctx, pool, srv, sessions)
+		if err == nil {
+			defer done()
 		}
 	}
-	if r.XactLocks, err = xactLocks(ctx, a, b); err != nil {
-		return Report{}, err
+	if err != nil {
+		if sessions {
+			r.SessionLocks.Err = err
+		}
+		r.XactLocks.Err = err
+	} else {
+		if sessions {
+			r.SessionLocks.Failure, r.SessionLocks.Err = sessionLocks(ctx, a, b)
+		}
+		r.XactLocks.Failure, r.XactLocks.Err = xactLocks(ctx, a, b)
 	}
-	if r.Clock, err = clock(ctx, a); err != nil {
-		return Report{}, err
-	}
-	return r, nil
+	r.Clock.Failure, r.Clock.Err = clock(ctx, a)
+	return r
 }
 
-// SessionOnly checks session advisory locks alone (see [Probe]); the
-// advisory Locker needs no more.
-func SessionOnly(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (*Failure, error) {
+// SessionOnly checks session advisory locks alone (see [Probe]): the
+// advisory Locker needs no more. It returns the identity of the server
+// first reached, the failure if any, or an error (no verdict).
+func SessionOnly(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Server, *Failure, error) {
+	a := first.PgConn()
+	srv, err := identify(ctx, a)
+	if err != nil {
+		return Server{}, nil, err
+	}
+	b, done, err := pairWith(ctx, pool, srv, true)
+	if err != nil {
+		return srv.Server, nil, err
+	}
+	defer done()
+	f, err := sessionLocks(ctx, a, b)
+	return srv.Server, f, err
+}
+
+// pairWith opens the probe's second connection and checks that it reached
+// the server of a (whose identity is first): see [sameServer]. done closes
+// it.
+func pairWith(ctx context.Context, pool *pgxpool.Config, first identity, sessions bool) (*pgconn.PgConn, func(), error) {
 	second, err := dial.Dedicated(ctx, pool, dial.Options{ApplicationName: "pglocks engine probe"})
 	if err != nil {
-		return nil, fmt.Errorf("engine probe: second connection: %w", err)
+		return nil, nil, fmt.Errorf("engine probe: second connection: %w", err)
 	}
-	defer second.Close(context.WithoutCancel(ctx))
-	return sessionLocks(ctx, first.PgConn(), second.PgConn())
-}
-
-// sessionLocks takes a key on a, tries it on b (must be refused), unlocks
-// it on a (must say it was held) and tries it on b again (must be granted
-// now), then unlocks it on b.
-func sessionLocks(ctx context.Context, a, b *pgconn.PgConn) (*Failure, error) {
-	k := randomKey()
-	fail := func(what string) *Failure { return &Failure{SessionLocks, what} }
-	got, err := boolOf(ctx, a, "select pg_try_advisory_lock("+k+")")
-	switch {
-	case err != nil:
-		return nil, err
-	case !got:
-		return fail("pg_try_advisory_lock refused a key no session holds"), nil
+	done := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = second.Close(cctx)
 	}
-	other, err := boolOf(ctx, b, "select pg_try_advisory_lock("+k+")")
+	b := second.PgConn()
+	other, err := identify(ctx, b)
+	if err == nil {
+		err = sameServer(first, other, sessions)
+	}
 	if err != nil {
-		return nil, err
+		done()
+		return nil, nil, err
 	}
-	if other {
-		_, _ = b.Exec(ctx, "select pg_catalog.pg_advisory_unlock_all()").ReadAll()
-		_, _ = a.Exec(ctx, "select pg_catalog.pg_advisory_unlock_all()").ReadAll()
-		return fail("pg_try_advisory_lock granted a key another session holds: locks do not exclude"), nil
-	}
-	freed, err := boolOf(ctx, a, "select pg_advisory_unlock("+k+")")
-	switch {
-	case err != nil:
-		return nil, err
-	case !freed:
-		return fail("pg_advisory_unlock said a held key was not held"), nil
-	}
-	if other, err = boolOf(ctx, b, "select pg_try_advisory_lock("+k+")"); err != nil {
-		return nil, err
-	}
-	if !other {
-		_, _ = a.Exec(ctx, "select pg_catalog.pg_advisory_unlock_all()").ReadAll()
-		return fail("pg_advisory_unlock did not free the key"), nil
-	}
-	if _, err := boolOf(ctx, b, "select pg_advisory_unlock("+k+")"); err != nil {
-		return nil, err
-	}
-	return nil, nil
+	return b, done, nil
 }
 
-// xactLocks opens a transaction on b that takes a key, tries the key on a
-// (must be refused) and rolls b's transaction back.
+// cleanupTimeout bounds a statement or close that cleans up after the
+// probe, whatever the caller's ctx.
+const cleanupTimeout = 5 * time.Second
+
+// xactLocks opens a transaction on b that takes a random key of each form,
+// exclusive, and tries it on a, exclusive and shared (each must be
+// refused); then rolls b's transaction back.
 func xactLocks(ctx context.Context, a, b *pgconn.PgConn) (*Failure, error) {
-	k := randomKey()
-	got, err := boolOf(ctx, b, "begin; select pg_try_advisory_xact_lock("+k+")")
-	defer func() { _, _ = b.Exec(context.WithoutCancel(ctx), "rollback").ReadAll() }()
-	switch {
-	case err != nil:
-		return nil, err
-	case !got:
-		return &Failure{XactLocks, "pg_try_advisory_xact_lock refused a key no session holds"}, nil
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_, _ = b.Exec(cctx, "rollback").ReadAll()
+	}()
+	if _, err := b.Exec(ctx, "begin").ReadAll(); err != nil {
+		return nil, fmt.Errorf("engine probe: begin: %w", err)
 	}
-	other, err := boolOf(ctx, a, "select pg_try_advisory_xact_lock("+k+")")
-	switch {
-	case err != nil:
-		return nil, err
-	case other:
-		return &Failure{XactLocks, "pg_try_advisory_xact_lock granted a key another transaction holds: locks do not exclude"}, nil
+	for _, pair := range []bool{false, true} {
+		k := newKey(pair)
+		got, err := k.call(ctx, b, tryXact(false), pair)
+		switch {
+		case err != nil:
+			return nil, err
+		case !got:
+			return &Failure{XactLocks, k.name(tryXact(false)) + " refused a key no session holds"}, nil
+		}
+		for _, shared := range []bool{false, true} {
+			other, err := k.call(ctx, a, tryXact(shared), pair)
+			switch {
+			case err != nil:
+				return nil, err
+			case other:
+				return &Failure{XactLocks, k.name(tryXact(shared)) + " granted a key another transaction holds exclusively: locks do not exclude"}, nil
+			}
+		}
 	}
 	return nil, nil
 }
@@ -201,7 +241,11 @@ func boolOf(ctx context.Context, c *pgconn.PgConn, sql string) (bool, error) {
 	if len(res) == 0 || len(res[len(res)-1].Rows) != 1 || len(res[len(res)-1].Rows[0]) != 1 {
 		return false, fmt.Errorf("engine probe: %s: not one value", sql)
 	}
-	switch v := string(res[len(res)-1].Rows[0][0]); v {
+	return parseBool(sql, res[len(res)-1].Rows[0][0])
+}
+
+func parseBool(sql string, v []byte) (bool, error) {
+	switch string(v) {
 	case "t":
 		return true, nil
 	case "f":
@@ -209,13 +253,4 @@ func boolOf(ctx context.Context, c *pgconn.PgConn, sql string) (bool, error) {
 	default:
 		return false, fmt.Errorf("engine probe: %s: %q is no boolean", sql, v)
 	}
-}
-
-// randomKey returns a random int64 key as an SQL literal: no other
-// client's key, in the odd chance it is, makes the probe fail with
-// "refused a key no session holds", never pass.
-func randomKey() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return strconv.FormatInt(int64(binary.LittleEndian.Uint64(b[:])), 10) + "::int8"
 }

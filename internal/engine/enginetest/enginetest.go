@@ -1,15 +1,25 @@
 // Package enginetest makes a real PostgreSQL database lie the way some
 // PostgreSQL-compatible engines do, for tests of the engine probe and of
-// its callers: a schema put before pg_catalog in the database's
-// search_path shadows the advisory-lock functions (and clock_timestamp())
-// with SQL functions that answer as if they had locked (or read the
-// clock) and do nothing. pglocks' statements call these functions
-// unqualified, so they call the shadows, exactly as they would call
-// CockroachDB's no-op stubs.
+// its callers.
+//
+// [Lie] and [LieForms] replace the server's own functions: in the
+// database's pg_catalog (allow_system_table_mods, a superuser's session
+// setting; pg_catalog is per database, so other databases are untouched)
+// each chosen function is renamed away and a SQL function of the same
+// name and arguments takes its place, answering as if it had locked (or
+// read the clock) and doing nothing. pglocks' pg_catalog-qualified calls
+// reach these, exactly as they would reach CockroachDB's no-op stubs.
+//
+// [Shadow] puts the same liars in a schema before pg_catalog in the
+// database's search_path instead: the way a database could shadow the
+// functions for unqualified calls. pglocks qualifies its calls, so it must
+// be immune to that (tests pin it).
 package enginetest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,43 +28,110 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// shadows holds, per primitive, the functions that replace PostgreSQL's.
-var shadows = map[engine.Primitive][]string{
-	engine.SessionLocks: {
-		"create function liar.pg_try_advisory_lock(bigint) returns boolean language sql as 'select true'",
-		"create function liar.pg_try_advisory_lock(int, int) returns boolean language sql as 'select true'",
-		"create function liar.pg_try_advisory_lock_shared(bigint) returns boolean language sql as 'select true'",
-		"create function liar.pg_try_advisory_lock_shared(int, int) returns boolean language sql as 'select true'",
-		"create function liar.pg_advisory_lock(bigint) returns void language sql as ''",
-		"create function liar.pg_advisory_unlock(bigint) returns boolean language sql as 'select true'",
-		"create function liar.pg_advisory_unlock(int, int) returns boolean language sql as 'select true'",
-		"create function liar.pg_advisory_unlock_shared(bigint) returns boolean language sql as 'select true'",
-		"create function liar.pg_advisory_unlock_shared(int, int) returns boolean language sql as 'select true'",
+// Form is one set of functions a test can make lie.
+type Form string
+
+// The forms.
+const (
+	ExclusiveInt64 Form = "exclusive int8"      // pg_try_advisory_lock(bigint), pg_advisory_lock(bigint), pg_advisory_unlock(bigint)
+	SharedInt64    Form = "shared int8"         // the _shared functions of a bigint key
+	ExclusivePair  Form = "exclusive int4 pair" // pg_try_advisory_lock(int, int), pg_advisory_unlock(int, int)
+	SharedPair     Form = "shared int4 pair"    // the _shared functions of a pair key
+	Xact           Form = "transaction"         // pg_try_advisory_xact_lock and kin, every key form
+	Clock          Form = "clock"               // clock_timestamp()
+)
+
+// fn is one function to replace: name, arguments, the liar's result type
+// and body.
+type fn struct{ name, args, returns, body string }
+
+var forms = map[Form][]fn{
+	ExclusiveInt64: {
+		{"pg_try_advisory_lock", "bigint", "boolean", "select true"},
+		{"pg_advisory_lock", "bigint", "void", ""},
+		{"pg_advisory_unlock", "bigint", "boolean", "select true"},
 	},
-	engine.XactLocks: {
-		"create function liar.pg_try_advisory_xact_lock(bigint) returns boolean language sql as 'select true'",
-		"create function liar.pg_try_advisory_xact_lock(int, int) returns boolean language sql as 'select true'",
-		"create function liar.pg_advisory_xact_lock(bigint) returns void language sql as ''",
+	SharedInt64: {
+		{"pg_try_advisory_lock_shared", "bigint", "boolean", "select true"},
+		{"pg_advisory_lock_shared", "bigint", "void", ""},
+		{"pg_advisory_unlock_shared", "bigint", "boolean", "select true"},
 	},
-	engine.Clock: {
-		"create function liar.clock_timestamp() returns timestamptz language sql as 'select pg_catalog.now()'",
+	ExclusivePair: {
+		{"pg_try_advisory_lock", "integer, integer", "boolean", "select true"},
+		{"pg_advisory_unlock", "integer, integer", "boolean", "select true"},
+	},
+	SharedPair: {
+		{"pg_try_advisory_lock_shared", "integer, integer", "boolean", "select true"},
+		{"pg_advisory_unlock_shared", "integer, integer", "boolean", "select true"},
+	},
+	Xact: {
+		{"pg_try_advisory_xact_lock", "bigint", "boolean", "select true"},
+		{"pg_try_advisory_xact_lock", "integer, integer", "boolean", "select true"},
+		{"pg_try_advisory_xact_lock_shared", "bigint", "boolean", "select true"},
+		{"pg_try_advisory_xact_lock_shared", "integer, integer", "boolean", "select true"},
+		{"pg_advisory_xact_lock", "bigint", "void", ""},
+	},
+	Clock: {
+		{"clock_timestamp", "", "timestamp with time zone", "select pg_catalog.now()"},
 	},
 }
 
-// Lie makes db's future connections call functions that lie about each
-// primitive in ps: it creates schema liar with the shadows and sets the
-// database's search_path to liar, pg_catalog, public. Connections opened
-// before keep PostgreSQL's functions.
+// primitives maps each primitive to its forms.
+var primitives = map[engine.Primitive][]Form{
+	engine.SessionLocks: {ExclusiveInt64, SharedInt64, ExclusivePair, SharedPair},
+	engine.XactLocks:    {Xact},
+	engine.Clock:        {Clock},
+}
+
+// Lie makes the server's own functions of each primitive in ps lie in db
+// (see [LieForms]).
 func Lie(t testing.TB, db *pgtest.DB, ps ...engine.Primitive) {
+	t.Helper()
+	var fs []Form
+	for _, p := range ps {
+		fs = append(fs, primitives[p]...)
+	}
+	LieForms(t, db, fs...)
+}
+
+// LieForms replaces the server's own functions of each form in db's
+// pg_catalog with liars (see the package doc). Connections opened before
+// keep the real functions in the plans they cached.
+func LieForms(t testing.TB, db *pgtest.DB, fs ...Form) {
+	t.Helper()
+	stmts := []string{"set allow_system_table_mods = on"}
+	for _, f := range fs {
+		for _, x := range forms[f] {
+			stmts = append(stmts,
+				fmt.Sprintf("alter function pg_catalog.%s(%s) rename to %s_real", x.name, x.args, x.name),
+				fmt.Sprintf("create function pg_catalog.%s(%s) returns %s language sql as %s", x.name, x.args, x.returns, quote(x.body)))
+		}
+	}
+	stmts = append(stmts, "reset allow_system_table_mods")
+	run(t, db, stmts)
+}
+
+// Shadow creates liars of each form in schema liar and puts it before
+// pg_catalog in db's search_path, for the connections opened after.
+func Shadow(t testing.TB, db *pgtest.DB, fs ...Form) {
+	t.Helper()
+	stmts := []string{"create schema if not exists liar"}
+	for _, f := range fs {
+		for _, x := range forms[f] {
+			stmts = append(stmts, fmt.Sprintf("create function liar.%s(%s) returns %s language sql as %s", x.name, x.args, x.returns, quote(x.body)))
+		}
+	}
+	stmts = append(stmts, "alter database "+pgx.Identifier{db.Name}.Sanitize()+" set search_path = liar, pg_catalog, public")
+	run(t, db, stmts)
+}
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func run(t testing.TB, db *pgtest.DB, stmts []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := db.Conn(t)
-	stmts := []string{"create schema liar"}
-	for _, p := range ps {
-		stmts = append(stmts, shadows[p]...)
-	}
-	stmts = append(stmts, "alter database "+pgx.Identifier{db.Name}.Sanitize()+" set search_path = liar, pg_catalog, public")
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			t.Fatalf("enginetest: %s: %v", s, err)
