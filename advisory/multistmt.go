@@ -38,16 +38,16 @@ const anyName = "pglocks_any"
 // releases in the same round trip (TestTryLockAllLeavesNothing).
 const anySQL = `with t as materialized (
 	select o, k, p from unnest($1::int8[], $2::bool[]) with ordinality as u(k, p, o)
-	where case when coalesce((select pg_try_advisory_xact_lock_shared($4::int8)), true)
-		then case when p then pg_try_advisory_lock((k >> 32)::int4, ((k << 32) >> 32)::int4)
-			else pg_try_advisory_lock(k) end
+	where case when coalesce((select pg_catalog.pg_try_advisory_xact_lock_shared($4::int8)), true)
+		then case when p then pg_catalog.pg_try_advisory_lock((k >> 32)::int4, ((k << 32) >> 32)::int4)
+			else pg_catalog.pg_try_advisory_lock(k) end
 		else false end
 	limit $3::int4),
 c as materialized (select count(*)::int4 as n from t)
 select c.n = $3::int4,
 	case when c.n = $3::int4 then (select string_agg(o::text, ',' order by o) from t)
-	else (select count(case when p then pg_advisory_unlock((k >> 32)::int4, ((k << 32) >> 32)::int4)
-			else pg_advisory_unlock(k) end)::text from t)
+	else (select count(case when p then pg_catalog.pg_advisory_unlock((k >> 32)::int4, ((k << 32) >> 32)::int4)
+			else pg_catalog.pg_advisory_unlock(k) end)::text from t)
 		|| ';' || coalesce((select count(pg_notify($5::text, w))::text from unnest($6::text[]) as w), '') end
 from c`
 

@@ -151,7 +151,7 @@ returning {GIVEUP}, ` + notify("$4", "$5::bigint"))
 	q.cleanupSQL = r.Replace(`update {T} l set owner = null, expires_at = clock_timestamp()
 from unnest($1::text[], $4::bigint[]) as k(name, key)
 where l.name = k.name and l.attempt = $2 and l.owner is not null and l.expires_at > clock_timestamp()
-returning {GIVEUP}, case when pg_try_advisory_xact_lock(k.key) then null else pg_notify($3, 'r' || l.name) end`)
+returning {GIVEUP}, case when pg_catalog.pg_try_advisory_xact_lock(k.key) then null else pg_notify($3, 'r' || l.name) end`)
 	q.assertSQL = r.Replace(`select {LEFT} from {T}
 where name = $1 and owner = $2 and token = $3 and expires_at > clock_timestamp()`)
 	q.guardSQL = r.Replace(`select expires_at from {T}

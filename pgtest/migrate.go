@@ -153,7 +153,7 @@ func (s *Server) buildTemplate(ctx context.Context, name, hash, sum string, m Mi
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// Session lock; it goes with the connection however this ends.
-	if _, err := conn.Exec(ctx, "select pg_advisory_lock($1, $2)", tplLockSpace, lockKey(name)); err != nil {
+	if _, err := conn.Exec(ctx, "select pg_catalog.pg_advisory_lock($1::int4, $2::int4)", tplLockSpace, lockKey(name)); err != nil {
 		return fmt.Errorf("pgtest: template %s: lock: %w", name, err)
 	}
 	var mark *string

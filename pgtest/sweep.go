@@ -58,7 +58,7 @@ func (s *Server) holdRunLock(ctx context.Context) error {
 	}
 	for range 3 {
 		var ok bool
-		if err := conn.QueryRow(ctx, "select pg_try_advisory_lock($1, $2)", runLockSpace, runKey(s.runID)).Scan(&ok); err != nil {
+		if err := conn.QueryRow(ctx, "select pg_catalog.pg_try_advisory_lock($1::int4, $2::int4)", runLockSpace, runKey(s.runID)).Scan(&ok); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return fmt.Errorf("run lock: %w", err)
 		}
@@ -117,13 +117,13 @@ func (s *Server) sweep(ctx context.Context, conn *pgx.Conn) error {
 // it meanwhile so that no one takes it in between.
 func (s *Server) dropIfFree(ctx context.Context, conn *pgx.Conn, space, key int32, names []string) error {
 	var free bool
-	if err := conn.QueryRow(ctx, "select pg_try_advisory_lock($1, $2)", space, key).Scan(&free); err != nil {
+	if err := conn.QueryRow(ctx, "select pg_catalog.pg_try_advisory_lock($1::int4, $2::int4)", space, key).Scan(&free); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
 	if !free {
 		return nil
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock($1, $2)", space, key) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), "select pg_catalog.pg_advisory_unlock($1::int4, $2::int4)", space, key) //nolint:errcheck
 	for _, name := range names {
 		if err := s.dropWith(ctx, conn, name); err != nil {
 			return err

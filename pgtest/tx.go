@@ -63,7 +63,7 @@ func (s *Server) NewTx(t testing.TB, opts ...Option) pgx.Tx {
 		err := tx.Rollback(ctx)
 		if err == nil || errors.Is(err, pgx.ErrTxClosed) {
 			// What a transaction's rollback leaves of a session.
-			_, err = c.Conn().PgConn().Exec(ctx, "select pg_advisory_unlock_all(); unlisten *; reset all").ReadAll()
+			_, err = c.Conn().PgConn().Exec(ctx, "select pg_catalog.pg_advisory_unlock_all(); unlisten *; reset all").ReadAll()
 		}
 		if err != nil {
 			_ = c.Conn().Close(ctx) // the pool replaces it
