@@ -161,8 +161,9 @@ func TestKilledRun(t *testing.T) {
 	if err != nil || len(h) != 1 || h[0].Outcome != schedule.Crashed || h[0].Slot != slot || !h[0].End.IsZero() {
 		t.Fatalf("history: %v %+v", err, h)
 	}
-	// The next slot runs, and records the crash for good.
-	job := rs[1].job(t, killJob, policy)
+	// The next slot runs, and records the crash for good: with a longer TTL
+	// than the dead run's, which a loaded machine could let lapse mid-run.
+	job := rs[1].job(t, killJob, schedule.Policy{Period: killPeriod, TTL: 30 * time.Second})
 	if _, err := job.DoSlot(ctx, "next", rs[1].work); err != nil {
 		t.Fatal(err)
 	}
