@@ -93,11 +93,12 @@ func TestLeaderChaos(t *testing.T) { mustHold(t, run(t, "leader", runOpts{})) }
 // advisory one), under every fault kind and terminations of advisory
 // permit holders' sessions: per slot, the fenced-lock model; per
 // semaphore, never more than 3 permits trusted at once. Its size is
-// counted in acquisitions of the lease semaphore: 300, or CHAOS_OPS, or
-// 10,000 with PGLOCKS_STRESS=1.
+// counted in acquisitions of the lease semaphore that returned, whatever
+// their outcome: 200 (or 15 s), or CHAOS_OPS, or 10,000 with
+// PGLOCKS_STRESS=1.
 func TestSemaphoreChaos(t *testing.T) {
 	mustHold(t, run(t, "semaphore", runOpts{workers: 4, goroutines: 8, counted: opPermits,
-		defaultOps: 300, defaultTime: 30 * time.Second, stressOps: 10000, extraFaults: []string{fTermHolder}}))
+		defaultOps: 200, defaultTime: 15 * time.Second, stressOps: 10000, extraFaults: []string{fTermHolder}}))
 }
 
 // TestLeasePromoteChaos runs the lease workload on a primary with a
@@ -193,7 +194,7 @@ func (o runOpts) size(t *testing.T, rc *runConfig) {
 	}
 	switch {
 	case o.stressOps > 0 && os.Getenv("PGLOCKS_STRESS") != "":
-		rc.ops, rc.maxTime = o.stressOps, time.Duration(o.stressOps/25+20)*time.Second
+		rc.ops, rc.maxTime = o.stressOps, time.Duration(o.stressOps/15+20)*time.Second
 	case o.defaultOps > 0:
 		rc.ops, rc.maxTime = o.defaultOps, o.defaultTime
 	default:
