@@ -59,6 +59,7 @@ type runConfig struct {
 	maxTime time.Duration // stop then even if ops were not reached
 	workers int
 	names   int
+	counted string // the operation whose returns make ops ("": every one)
 }
 
 func configFromEnv(t *testing.T) runConfig {
@@ -86,6 +87,19 @@ func TestAdvisoryChaos(t *testing.T) { mustHold(t, run(t, "advisory", runOpts{})
 // every worker, fenced writes per term) under every fault kind and checks
 // its history with the same fenced-lock model: terms are acquisitions.
 func TestLeaderChaos(t *testing.T) { mustHold(t, run(t, "leader", runOpts{})) }
+
+// TestSemaphoreChaos runs the semaphore workload, 8 clients in each of 4
+// worker processes on two semaphores of limit 3 (a lease semaphore and an
+// advisory one), under every fault kind and terminations of advisory
+// permit holders' sessions: per slot, the fenced-lock model; per
+// semaphore, never more than 3 permits trusted at once. Its size is
+// counted in acquisitions of the lease semaphore that returned, whatever
+// their outcome: 200 (or 15 s), or CHAOS_OPS, or 10,000 with
+// PGLOCKS_STRESS=1.
+func TestSemaphoreChaos(t *testing.T) {
+	mustHold(t, run(t, "semaphore", runOpts{workers: 4, goroutines: 8, counted: opPermits,
+		defaultOps: 200, defaultTime: 15 * time.Second, stressOps: 10000, extraFaults: []string{fTermHolder}}))
+}
 
 // TestLeasePromoteChaos runs the lease workload on a primary with a
 // synchronous standby, the workers connected through its multi-host DSN,
@@ -160,6 +174,33 @@ type runOpts struct {
 	promote         bool // on a primary with a synchronous standby, workers without proxies
 	plainReads      bool // with promote: reads that do not wait for the standby
 	stopOnViolation bool
+
+	workers, goroutines int      // worker processes and clients in each (default 3 and 4)
+	counted             string   // the operation whose returns make the run's size (default: every one)
+	extraFaults         []string // fault kinds added to the default ones or CHAOS_FAULTS
+	// The size when CHAOS_OPS is not set: defaultOps operations within
+	// defaultTime, or stressOps with PGLOCKS_STRESS=1 (0: the suite's).
+	defaultOps  int
+	defaultTime time.Duration
+	stressOps   int
+}
+
+// size applies o's size and shape to rc.
+func (o runOpts) size(t *testing.T, rc *runConfig) {
+	rc.workers = max(rc.workers, o.workers)
+	rc.counted = o.counted
+	if os.Getenv("CHAOS_OPS") != "" {
+		return
+	}
+	switch {
+	case o.stressOps > 0 && os.Getenv("PGLOCKS_STRESS") != "":
+		rc.ops, rc.maxTime = o.stressOps, time.Duration(o.stressOps/15+20)*time.Second
+	case o.defaultOps > 0:
+		rc.ops, rc.maxTime = o.defaultOps, o.defaultTime
+	default:
+		return
+	}
+	t.Logf("size: %d %q operations within %v", rc.ops, rc.counted, rc.maxTime)
 }
 
 // run runs a workload and returns its report.
@@ -169,6 +210,7 @@ func run(t *testing.T, workload string, o runOpts) report {
 	}
 	t.Parallel()
 	rc := configFromEnv(t)
+	o.size(t, &rc)
 	if o.stopOnViolation {
 		// A planted bug shows up by chance (a fault at the right moment):
 		// such a run goes on until it does, within a longer bound, rather
@@ -187,7 +229,15 @@ func run(t *testing.T, workload string, o runOpts) report {
 	if _, err := adminPool(t, db).Exec(ctx, "insert into protected (name) select 'n' || i from generate_series(0, $1 - 1) i", rc.names); err != nil {
 		t.Fatal(err)
 	}
+	if workload == "semaphore" { // a protected row per lease permit slot
+		if _, err := adminPool(t, db).Exec(ctx, "insert into protected (name) select $1 || '#' || i from generate_series(0, $2 - 1) i", semName, semLimit); err != nil {
+			t.Fatal(err)
+		}
+	}
 	env := []string{fmt.Sprintf("%s=%d", envNames, rc.names), envWorkload + "=" + workload}
+	if o.goroutines > 0 {
+		env = append(env, fmt.Sprintf("%s=%d", envGoroutines, o.goroutines))
+	}
 	if o.plant != "" {
 		env = append(env, envPlant+"="+o.plant)
 	}
@@ -216,6 +266,7 @@ func run(t *testing.T, workload string, o runOpts) report {
 	if o.faults != nil {
 		kinds = o.faults
 	}
+	kinds = append(kinds, o.extraFaults...)
 	sched := schedule(rc.seed, rc.maxTime, rc.workers, kinds)
 	t.Logf("%d faults scheduled over at most %v, first: %v", len(sched), rc.maxTime, sched[:min(5, len(sched))])
 	faults := runFaults(t, c, rc, sched, o.stopOnViolation)
@@ -239,7 +290,7 @@ func runFaults(t *testing.T, c *cluster, rc runConfig, sched []fault, stopOnViol
 	for i := 0; ctx.Err() == nil; i++ {
 		select {
 		case <-tick.C:
-			if c.returned() >= rc.ops {
+			if c.returned(rc.counted) >= rc.ops {
 				cancel()
 			}
 			if stopOnViolation && i%2 == 1 && len(analyse(c.history()).violations) > 0 {

@@ -20,6 +20,7 @@ type report struct {
 	faults     map[string]int
 	checker    time.Duration
 	linResult  string
+	permits    map[string]int // semaphore → the most permits trusted at once
 	violations []string
 }
 
@@ -32,6 +33,9 @@ func (r report) String() string {
 	fmt.Fprintf(&b, "operations: %d  (%s)\n", total, table(r.ops))
 	fmt.Fprintf(&b, "faults:     %s\n", table(r.faults))
 	fmt.Fprintf(&b, "porcupine:  %s in %v\n", r.linResult, r.checker.Round(time.Millisecond))
+	if len(r.permits) > 0 {
+		fmt.Fprintf(&b, "permits:    %s (the most trusted at once, limit %d)\n", table(r.permits), semLimit)
+	}
 	fmt.Fprintf(&b, "violations: %d\n", len(r.violations))
 	for _, v := range r.violations {
 		fmt.Fprintf(&b, "  - %s\n", v)
@@ -55,15 +59,16 @@ func check(c *cluster, rc runConfig) report {
 	return r
 }
 
-// analyse runs the history oracles: linearizability, trust windows, and
-// the guarded counter's bounds (the counter's value is read by afterRun).
+// analyse runs the history oracles: linearizability, trust windows (one
+// holder per name; at most semLimit permits per semaphore), and the
+// guarded counter's bounds (the counter's value is read by afterRun).
 func analyse(evs []event) report {
 	r := report{ops: map[string]int{}}
 	var fenced []porcupine.Operation
 	for _, op := range operations(evs) {
 		in := op.Input.(linIn)
 		r.ops[in.Op+"/"+op.Output.(linOut).Res]++
-		if in.Op != opLock && in.Op != opUnlock {
+		if !unmodelled[in.Op] && constrains(in, op.Output.(linOut)) {
 			fenced = append(fenced, op)
 		}
 	}
@@ -73,7 +78,11 @@ func analyse(evs []event) report {
 	if v != "" {
 		r.violations = append(r.violations, v)
 	}
-	r.violations = append(r.violations, overlaps(trustWindows(evs))...)
+	ws := trustWindows(evs)
+	r.violations = append(r.violations, overlaps(ws)...)
+	peaks, over := permitCounts(ws)
+	r.permits = peaks
+	r.violations = append(r.violations, over...)
 	for _, e := range evs {
 		if e.K == evLeak {
 			r.violations = append(r.violations, fmt.Sprintf("worker %d: %s", e.P, e.Text))

@@ -129,6 +129,26 @@ func (c *cluster) terminate(ctx context.Context, pick func(n int) int) error {
 	return c.db.Server.TerminateBackend(ctx, pids[pick(len(pids))])
 }
 
+// termHolder terminates the session of a holder of an advisory lock —
+// with the semaphore workload, a permit's — or, when none holds one, any
+// worker session.
+func (c *cluster) termHolder(ctx context.Context, pick func(n int) int) error {
+	rows, err := c.admin.Query(ctx, `select distinct l.pid from pg_locks l join pg_stat_activity a using (pid)
+		where l.locktype = 'advisory' and l.granted and a.application_name <> $1
+		and l.database = (select oid from pg_database where datname = current_database()) order by 1`, adminApp)
+	if err != nil {
+		return err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	if err != nil {
+		return err
+	}
+	if len(pids) == 0 {
+		return c.terminate(ctx, pick)
+	}
+	return c.db.Server.TerminateBackend(ctx, pids[pick(len(pids))])
+}
+
 // crash SIGKILLs the backend of a worker session: the postmaster ends
 // every other session and recovers from the WAL on disk, losing whatever
 // was committed but not yet written (asynchronous commits). It returns
@@ -335,11 +355,12 @@ func (c *cluster) history() []event {
 	return all
 }
 
-// returned counts the operations that have returned so far.
-func (c *cluster) returned() int {
+// returned counts the operations that have returned so far: those
+// whose return names op, or every one for op "".
+func (c *cluster) returned(op string) int {
 	n := 0
 	for _, e := range c.history() {
-		if e.K == evRet {
+		if e.K == evRet && (op == "" || e.Op == op) {
 			n++
 		}
 	}

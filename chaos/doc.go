@@ -14,6 +14,17 @@
 // killed before it returned stays pending: its outcome is unknown, which is
 // how the checker treats it, never dropped.
 //
+// The workloads: lease (clients contend for a few names: acquire, guarded
+// writes, reads, release or abandon), advisory (exclusive and shared
+// locks), leader (one candidate per election in every worker, fenced
+// writes per term) and semaphore (TestSemaphoreChaos: 8 clients in each of
+// 4 workers take 1 or 2 permits of a semaphore of limit 3 — half of them
+// of a lease semaphore, TryAcquire or Acquire with a random deadline, a
+// guarded write per permit with that permit's Guard, then a release or
+// abandonment to expiry; half of an advisory semaphore, whose holders
+// report each permit's verified window. Its size is counted in lease
+// semaphore acquisitions: 200 by default, 10,000 with PGLOCKS_STRESS=1).
+//
 // Faults are drawn from a seed (printed; CHAOS_SEED replays the same
 // schedule of faults, though not the same interleaving of operations):
 // lost replies (the proxy forwards requests and drops the server's answers),
@@ -23,7 +34,9 @@
 // local servers only), a restart of the server (fast
 // shutdown), and a server crash (a backend SIGKILLed: the postmaster ends
 // every session and recovers from the WAL on disk, losing what was
-// committed asynchronously; local servers only). CHAOS_FAULTS=kind,kind
+// committed asynchronously; local servers only); the semaphore run adds
+// pg_terminate_backend of a session that holds an advisory lock (a
+// permit's). CHAOS_FAULTS=kind,kind
 // limits a run to some kinds. TestLeasePromoteChaos runs the lease
 // workload on a primary with a synchronous standby (pgtest.NewCluster), the
 // workers connected through its multi-host DSN, with two more faults:
@@ -46,7 +59,16 @@
 //
 //   - linearizability of each name's history, checked with porcupine against
 //     a model of a fenced lock: acquire → ok(token) / busy / unknown,
-//     release, guarded write(token) → accepted / refused / unknown, read;
+//     release, guarded write(token) → accepted / refused / unknown, read.
+//     A semaphore's permit slot ("s#0" …) is such a lock: an acquisition
+//     of n permits is one acquire per slot below the limit, called
+//     together, returning ok with its token on the slots it got and busy
+//     on the others (unknown on all of them, if its outcome is); its
+//     release one release per permit: so each slot's tokens only grow, and
+//     a permit's guarded writes are accepted only while its token is the
+//     slot's newest. Operations that cannot change what
+//     the model allows (busy, refused, unknown acquires and releases) are
+//     left out of the check, which decides the same without them;
 //   - a counter incremented only inside guarded transactions ends between
 //     the number of acknowledged increments and that number plus the
 //     increments whose outcome is unknown;
@@ -54,7 +76,12 @@
 //     each holder reports the interval over which it checked, and found,
 //     that it still held its lease (live Context, trust deadline ahead),
 //     which starts at the latest when Acquire returned the lease;
-//   - after the run: no row held, no worker session left on the server.
+//   - never more than a semaphore's limit of permits trusted at any
+//     instant, counting the trust windows of all its slots across every
+//     process (not in the model: expiry, which frees an abandoned permit,
+//     has no place in a model without a clock);
+//   - after the run: no row held (a permit, a semaphore's turn), no
+//     advisory lock held, no worker session left on the server.
 //
 // TestPlantedBugs plants known bugs in the library (internal/plant: a Guard
 // that checks nothing; acquisitions, renewals and breaks committed

@@ -11,15 +11,16 @@ import (
 
 // Fault kinds.
 const (
-	fTerminate = "terminate" // pg_terminate_backend of a random worker session
-	fKill      = "kill"      // SIGKILL a worker; it is started again
-	fStop      = "stop"      // SIGSTOP a worker, SIGCONT after Dur
-	fLostReply = "lostreply" // a worker's proxy drops the server's replies for Dur
-	fPartition = "partition" // a worker is cut off from the server, both ways, for Dur
-	fRestart   = "restart"   // restart the server (every session dies)
-	fCrash     = "crash"     // SIGKILL a server backend: the server crashes and recovers from its WAL
-	fPromote   = "promote"   // stop the primary at once, promote the synchronous standby (runs on a cluster)
-	fCutShort  = "cutshort"  // commits waiting for the standby cut short, then a promotion that loses them (a cluster)
+	fTerminate  = "terminate"  // pg_terminate_backend of a random worker session
+	fKill       = "kill"       // SIGKILL a worker; it is started again
+	fStop       = "stop"       // SIGSTOP a worker, SIGCONT after Dur
+	fLostReply  = "lostreply"  // a worker's proxy drops the server's replies for Dur
+	fPartition  = "partition"  // a worker is cut off from the server, both ways, for Dur
+	fRestart    = "restart"    // restart the server (every session dies)
+	fCrash      = "crash"      // SIGKILL a server backend: the server crashes and recovers from its WAL
+	fPromote    = "promote"    // stop the primary at once, promote the synchronous standby (runs on a cluster)
+	fCutShort   = "cutshort"   // commits waiting for the standby cut short, then a promotion that loses them (a cluster)
+	fTermHolder = "termholder" // pg_terminate_backend of a session holding an advisory lock (a permit's), else of any worker session
 )
 
 // fault is one entry of a schedule.
@@ -32,7 +33,7 @@ type fault struct {
 
 func (f fault) String() string {
 	s := fmt.Sprintf("+%v %s", f.At.Round(time.Millisecond), f.Kind)
-	if f.Kind != fRestart && f.Kind != fTerminate && f.Kind != fCrash && f.Kind != fPromote && f.Kind != fCutShort {
+	if f.Kind != fRestart && f.Kind != fTerminate && f.Kind != fCrash && f.Kind != fPromote && f.Kind != fCutShort && f.Kind != fTermHolder {
 		s += fmt.Sprintf(" w%d", f.Target)
 	}
 	if f.Dur > 0 {
@@ -45,7 +46,7 @@ func (f fault) String() string {
 // 100–400 ms, kinds weighted so that the cheap ones are frequent and a
 // server restart is rare. The same seed gives the same schedule.
 func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault {
-	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fPartition: 2, fRestart: 1, fCrash: 1, fPromote: 3, fCutShort: 2}
+	weights := map[string]int{fTerminate: 4, fKill: 2, fStop: 2, fLostReply: 4, fPartition: 2, fRestart: 1, fCrash: 1, fPromote: 3, fCutShort: 2, fTermHolder: 4}
 	var bag []string
 	for _, k := range kinds {
 		for range weights[k] {
@@ -72,6 +73,7 @@ func schedule(seed uint64, d time.Duration, workers int, kinds []string) []fault
 // injector carries out faults against the cluster of a run.
 type injector interface {
 	terminate(ctx context.Context, pick func(n int) int) error
+	termHolder(ctx context.Context, pick func(n int) int) error
 	kill(slot int) error
 	stop(slot int, d time.Duration) error
 	lostReply(slot int, d time.Duration) error
@@ -99,6 +101,8 @@ func play(ctx context.Context, sched []fault, seed uint64, inj injector, logf fu
 		switch f.Kind {
 		case fTerminate:
 			err = inj.terminate(ctx, func(n int) int { return r.IntN(n) })
+		case fTermHolder:
+			err = inj.termHolder(ctx, func(n int) int { return r.IntN(n) })
 		case fKill:
 			err = inj.kill(f.Target)
 		case fStop:

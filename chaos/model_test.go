@@ -91,6 +91,26 @@ func step(state, input, output any) []any {
 	return nil
 }
 
+// constrains reports whether an operation can change what the model
+// allows, so that porcupine must place it. Those that cannot are left out
+// of the check, which decides the same without them: a busy acquire, a
+// refused or not-held operation, a read with no result leave the state
+// as it is; an unknown acquire or release leaves it as it is or makes the
+// acquisition no longer the holder — a state that allows a subset of
+// what the unchanged one allows (Valid false only refuses more; Cur and
+// Val are the same), so that branch never helps. Leaving them out
+// matters: with many clients, each unknown or never-returned operation
+// multiplies the orders porcupine tries.
+func constrains(in linIn, out linOut) bool {
+	switch in.Op {
+	case opAcquire, opRelease, opRead:
+		return out.Res == resOK
+	case opWrite:
+		return out.Res == resOK || out.Res == resUnknown
+	}
+	return true
+}
+
 var fencedLock = (&porcupine.NondeterministicModel{
 	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 		by := map[string][]porcupine.Operation{}

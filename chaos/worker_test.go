@@ -25,13 +25,14 @@ const (
 	envDSN      = "CHAOS_DSN"
 	envOut      = "CHAOS_OUT"      // history file
 	envNames    = "CHAOS_NAMES"    // how many names to contend for
-	envWorkload = "CHAOS_WORKLOAD" // lease (default), advisory or leader
+	envWorkload = "CHAOS_WORKLOAD" // lease (default), advisory, leader or semaphore
 	envPlant    = "CHAOS_PLANT"    // a bug to plant (internal/plant.Names)
 	envNoWrites = "CHAOS_NOWRITES" // lease clients make no guarded writes
 	envNoReads  = "CHAOS_NOREADS"  // lease clients make no reads of the protected value
 	// envDurableReads: lease clients read the protected value with FOR
 	// SHARE, whose commit waits for a synchronous standby.
 	envDurableReads = "CHAOS_DURABLE_READS"
+	envGoroutines   = "CHAOS_GOROUTINES" // clients per worker process (default 4)
 )
 
 // runWorker runs a worker when the test binary was started as one, and
@@ -86,7 +87,7 @@ func leaseWorker(ctx context.Context, rec *recorder) error {
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = 2 * goroutines
+	cfg.MaxConns = int32(2 * goroutines())
 	// pgxpool pings an idle connection before handing it out, with no
 	// timeout by default: under lost replies such a ping waits until a
 	// minute after its caller gave up, holding the connection, and
@@ -119,6 +120,8 @@ func leaseWorker(ctx context.Context, rec *recorder) error {
 		return advisoryWorker(ctx, rec, pool, names)
 	case "leader":
 		return leaderWorker(ctx, rec, pool, store, names)
+	case "semaphore":
+		return semaphoreWorker(ctx, rec, pool, store)
 	}
 	return clients(ctx, func(id int64) {
 		w := &leaseW{rec: rec, pool: pool, store: store, names: names, id: id}
@@ -131,15 +134,21 @@ func leaseWorker(ctx context.Context, rec *recorder) error {
 // clients runs the goroutines of a worker process and waits for them.
 func clients(ctx context.Context, run func(id int64)) error {
 	var wg sync.WaitGroup
-	for i := range goroutines {
+	for i := range goroutines() {
 		wg.Go(func() { run(int64(i)) })
 	}
 	wg.Wait()
 	return nil
 }
 
-// goroutines is how many clients each worker process runs.
-const goroutines = 4
+// goroutines is how many clients each worker process runs: 4, or
+// CHAOS_GOROUTINES.
+func goroutines() int {
+	if n, err := strconv.Atoi(os.Getenv(envGoroutines)); err == nil && n > 0 {
+		return n
+	}
+	return 4
+}
 
 type leaseW struct {
 	rec   *recorder
