@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -158,10 +158,22 @@ func (p *Patroni) NodeDSN(name string) (string, error) {
 }
 
 // Primary returns the node whose Patroni REST API answers GET /primary
-// with 200, or "" if none does now.
+// with 200, or "" if none does now. The nodes are asked at once: a paused
+// node's API may take its whole timeout (2 s) to answer.
 func (p *Patroni) Primary(ctx context.Context) string {
-	for _, n := range p.nodes {
-		if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/primary"); code == http.StatusOK {
+	ok := make([]bool, len(p.nodes))
+	var wg sync.WaitGroup
+	for i, n := range p.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/primary")
+			ok[i] = code == http.StatusOK
+		}()
+	}
+	wg.Wait()
+	for i, n := range p.nodes {
+		if ok[i] {
 			return n.name
 		}
 	}
@@ -169,7 +181,7 @@ func (p *Patroni) Primary(ctx context.Context) string {
 }
 
 // WaitPrimary waits until a node other than not (any node if not is "")
-// is the primary and accepts a write through [Patroni.DSN]; it returns
+// is the primary and accepts a write; it returns
 // that node. On ctx's end the error carries Patroni's view of the cluster
 // (patronictl list) and the logs' tails.
 func (p *Patroni) WaitPrimary(ctx context.Context, not string) (string, error) {
@@ -197,22 +209,24 @@ func (p *Patroni) waitPrimary(ctx context.Context, not string, sync bool) (strin
 	}
 }
 
-// writable reports whether name accepts a write through the multi-host
-// DSN.
+// writable reports whether name accepts a write, connecting to it alone:
+// Patroni's part of a failover ends there. (A client's multi-host DSN may
+// take longer: it tries the hosts in turn, and a paused one holds it for
+// connect_timeout.)
 func (p *Patroni) writable(ctx context.Context, name string) bool {
-	n, _ := p.node(name)
+	dsn, err := p.NodeDSN(name)
+	if err != nil {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, p.DSN())
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return false
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if a, ok := conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr); !ok || a.Port != n.pgPort {
-		return false
-	}
 	var ok bool
-	err = conn.QueryRow(ctx, "select pg_catalog.txid_current() > 0").Scan(&ok)
+	err = conn.QueryRow(ctx, "select not pg_catalog.pg_is_in_recovery() and pg_catalog.txid_current() > 0").Scan(&ok)
 	return err == nil && ok
 }
 
@@ -249,8 +263,9 @@ func (p *Patroni) view() string {
 	return b.String()
 }
 
-// KillPostmaster sends SIGKILL to name's postmaster alone; its Patroni
-// lives on and decides what follows (a restart in place, or a failover).
+// KillPostmaster sends SIGKILL to name's postmaster alone, and returns
+// once it has exited; its Patroni lives on and decides what follows (a
+// restart in place, or a failover).
 func (p *Patroni) KillPostmaster(name string) error {
 	n, err := p.node(name)
 	if err != nil {
@@ -260,7 +275,13 @@ func (p *Patroni) KillPostmaster(name string) error {
 	if pid <= 0 {
 		return fmt.Errorf("pgtest: %s has no postmaster running", name)
 	}
-	return syscall.Kill(pid, syscall.SIGKILL)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("pgtest: %s: postmaster %d: %w", name, pid, err)
+	}
+	if !waitDead(pid, 10*time.Second) {
+		return fmt.Errorf("pgtest: %s: postmaster %d still runs 10 s after SIGKILL", name, pid)
+	}
+	return nil
 }
 
 // KillNode sends SIGKILL to name's Patroni and its postmaster at once, as a
