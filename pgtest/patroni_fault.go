@@ -75,6 +75,7 @@ func childrenOf(ppid int) []int {
 type procStatus struct {
 	state byte // R, S, D, T, Z, …
 	ppid  int
+	pgrp  int
 	start uint64 // clock ticks since boot: tells a reused pid apart
 }
 
@@ -96,6 +97,7 @@ func procStat(pid int) (procStatus, bool) {
 	var st procStatus
 	st.state = f[0][0]
 	st.ppid, _ = strconv.Atoi(f[1])
+	st.pgrp, _ = strconv.Atoi(f[2])
 	st.start, _ = strconv.ParseUint(f[19], 10, 64)
 	return st, true
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -158,23 +157,25 @@ func (p *Patroni) NodeDSN(name string) (string, error) {
 }
 
 // Primary returns the node whose Patroni REST API answers GET /primary
-// with 200, or "" if none does now. The nodes are asked at once: a paused
-// node's API may take its whole timeout (2 s) to answer.
+// with 200, or "" if none does now. The nodes are asked at once, and the
+// first 200 answers: a paused node's API may take its whole timeout (2 s)
+// to answer.
 func (p *Patroni) Primary(ctx context.Context) string {
-	ok := make([]bool, len(p.nodes))
-	var wg sync.WaitGroup
-	for i, n := range p.nodes {
-		wg.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answers := make(chan string, len(p.nodes))
+	for _, n := range p.nodes {
 		go func() {
-			defer wg.Done()
-			code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/primary")
-			ok[i] = code == http.StatusOK
+			if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/primary"); code == http.StatusOK {
+				answers <- n.name
+				return
+			}
+			answers <- ""
 		}()
 	}
-	wg.Wait()
-	for i, n := range p.nodes {
-		if ok[i] {
-			return n.name
+	for range p.nodes {
+		if name := <-answers; name != "" {
+			return name
 		}
 	}
 	return ""

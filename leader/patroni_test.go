@@ -1,0 +1,181 @@
+package leader_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/leader"
+	"github.com/pglocks/pglocks/lease"
+	"github.com/pglocks/pglocks/pgtest"
+)
+
+// TestPatroniLeaderFailover fails a real Patroni cluster's primary
+// (synchronous mode) over — switchover, SIGKILL of the postmaster, a
+// paused postmaster, SIGKILL of the node — while three candidates, on the
+// multi-host DSN, elect a leader that makes guarded writes to a fenced
+// table. After each fault:
+//
+//   - a leader is elected in a term higher than every term before it;
+//   - no term began while another candidate still trusted its own (the
+//     trust book's check at each election: the other's work context live
+//     and its TrustedUntil not passed);
+//   - the fenced table, read at the end, accepted its writes in
+//     non-decreasing term order: no write of a stale term after a newer
+//     term's.
+//
+// It logs per fault the time from the fault to a writable primary
+// (Patroni's part) and from there to the new leader (ours), p50 and max.
+// Opt-in: PGLOCKS_PATRONI=1, PGLOCKS_PATRONI_RUNS runs per fault (1).
+func TestPatroniLeaderFailover(t *testing.T) {
+	if os.Getenv("PGLOCKS_PATRONI") != "1" {
+		t.Skip("Patroni tests are opt-in: set PGLOCKS_PATRONI=1")
+	}
+	runs := 1
+	if n, err := strconv.Atoi(os.Getenv("PGLOCKS_PATRONI_RUNS")); err == nil && n > 0 {
+		runs = n
+	}
+	p := pgtest.NewPatroni(t, pgtest.PatroniOptions{})
+	pool := pgtest.NewPool(t, p.DSN())
+	prepareFenced(t, pool)
+	book := newTrustBook()
+	for i := range 3 {
+		who := fmt.Sprint("c", i)
+		r := newReplica(t, p.DSN())
+		e := newElector(t, r, "patroni", who, func(c *leader.Config) { c.TTL = 5 * time.Second })
+		runWork(t, e, fencedWork(r.pool, who, book.work(who)))
+	}
+	last := waitEvent(t, book.elected, "the first election").term.Number
+	faults := []pgtest.PatroniFault{pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultPause, pgtest.FaultKillNode}
+	for _, f := range faults {
+		var patroni, ours []time.Duration
+		for i := range runs {
+			pd, od, term := leaderFault(t, p, book, f, i, last)
+			patroni, ours, last = append(patroni, pd), append(ours, od), term
+		}
+		t.Logf("%s, %d runs: writable p50 %v max %v; new leader after that p50 %v max %v",
+			f, runs, median(patroni), slices.Max(patroni), median(ours), slices.Max(ours))
+	}
+	book.mu.Lock()
+	for _, o := range book.overlaps {
+		t.Error(o)
+	}
+	book.mu.Unlock()
+	checkFenced(t, pool)
+}
+
+// leaderFault injects f and waits for a leader in a term above last;
+// it returns Patroni's part, ours, and the new term.
+func leaderFault(t *testing.T, p *pgtest.Patroni, book *trustBook, f pgtest.PatroniFault, i int, last int64) (time.Duration, time.Duration, int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	fo, err := p.Fault(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writableAt := fo.At.Add(fo.Writable)
+	for {
+		var ev event
+		select {
+		case ev = <-book.elected:
+		case <-ctx.Done():
+			t.Fatalf("%s %d: no leader in a term above %d after the fault", f, i, last)
+		}
+		if ev.term.Number <= last {
+			t.Logf("%s %d: %s elected in term %d, not above %d: an election before the fault reported late", f, i, ev.who, ev.term.Number, last)
+			continue
+		}
+		ours := max(0, ev.at.Sub(writableAt))
+		t.Logf("%s %d: %s → %s writable after %v; %s leads term %d (was %d) %v later",
+			f, i, fo.Old, fo.New, fo.Writable.Round(time.Millisecond), ev.who, ev.term.Number, last, ours.Round(time.Millisecond))
+		if err := fo.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return fo.Writable, ours, ev.term.Number
+	}
+}
+
+func prepareFenced(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	s, err := lease.New(pool, lease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "create table fenced (seq bigserial primary key, term bigint not null, writer text not null)"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fencedWork is a leader's work: every 50 ms a write to the fenced table
+// guarded by the term, in the leader's own transaction; then the trust
+// book's work, which returns when the term's work context ends.
+func fencedWork(pool *pgxpool.Pool, who string, book func(context.Context, leader.Term) error) func(context.Context, leader.Term) error {
+	return func(ctx context.Context, term leader.Term) error {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if err := term.Guard(ctx, tx); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, "insert into fenced (term, writer) values ($1, $2)", term.Number, who)
+					return err
+				})
+				select { // pace the writes; not a synchronization
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}()
+		return book(ctx, term)
+	}
+}
+
+// checkFenced fails t if the fenced table holds a write of a term below
+// one written before it.
+func checkFenced(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	rows, err := pool.Query(ctxT(t, time.Minute), "select term from fenced order by seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	high, stale, distinct := int64(0), 0, 0
+	for _, term := range terms {
+		if term < high {
+			stale++
+		}
+		if term > high {
+			distinct++
+		}
+		high = max(high, term)
+	}
+	t.Logf("fenced: %d writes of %d terms, %d of a stale term", len(terms), distinct, stale)
+	if stale > 0 || len(terms) == 0 {
+		t.Errorf("fenced: %d writes accepted after a newer term's (of %d)", stale, len(terms))
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

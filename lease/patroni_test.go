@@ -1,0 +1,243 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/lease"
+	"github.com/pglocks/pglocks/pgtest"
+)
+
+// patroniRuns is how many faults of each kind a Patroni test injects:
+// PGLOCKS_PATRONI_RUNS, 1 if unset. The tests are opt-in
+// (PGLOCKS_PATRONI=1): a cluster starts in some 30 s and a dead primary is
+// replaced after the leader key's TTL (20 s).
+func patroniRuns(t *testing.T) int {
+	t.Helper()
+	if os.Getenv("PGLOCKS_PATRONI") != "1" {
+		t.Skip("Patroni tests are opt-in: set PGLOCKS_PATRONI=1")
+	}
+	n, err := strconv.Atoi(os.Getenv("PGLOCKS_PATRONI_RUNS"))
+	if err != nil || n <= 0 {
+		return 1
+	}
+	return n
+}
+
+var patroniFaults = []pgtest.PatroniFault{
+	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultPause, pgtest.FaultKillNode,
+}
+
+// TestPatroniLeaseFailover fails a real Patroni cluster's primary
+// (synchronous mode) over and over — switchover, SIGKILL of the
+// postmaster, a paused postmaster, SIGKILL of the node — while three stores
+// acquire and release one name as fast as they can, a holder keeps
+// another name alive, and a waiter waits for it, all on the multi-host
+// DSN. Each time:
+//
+//   - no token is acknowledged twice, and every token acknowledged after
+//     another is higher (in sync mode a failover loses no acknowledged
+//     acquisition);
+//   - the holder's lease is renewed on the new primary, or lost and
+//     announced (Lost, Err wrapping ErrLost) — never both, never silently;
+//   - the waiter acquires on the new primary with a token above the
+//     holder's.
+//
+// It logs per fault the time from the fault to a writable primary
+// (Patroni's part) and from there to the first acquisition on it and to
+// the waiter's (ours), p50 and max.
+func TestPatroniLeaseFailover(t *testing.T) {
+	runs := patroniRuns(t)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{}, runs, true)
+}
+
+// TestPatroniLeaseAsync is TestPatroniLeaseFailover without synchronous
+// replication: a failover may lose acquisitions the old primary
+// acknowledged, and the new primary then hands their tokens out again. It
+// counts those reissues and fails on none of them: it measures what the
+// documentation says of asynchronous replicas.
+func TestPatroniLeaseAsync(t *testing.T) {
+	runs := patroniRuns(t)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{Async: true}, runs, false)
+}
+
+func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict bool) {
+	p := pgtest.NewPatroni(t, o)
+	pool := pgtest.NewPool(t, p.DSN())
+	if err := newStore(t, pool, lease.Config{}).Migrate(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, f := range patroniFaults {
+		var patroni, first, ours, waiter []time.Duration
+		kept, reissued := 0, 0
+		for i := range runs {
+			r := leaseFault(t, p, f, i, strict)
+			patroni, first, ours = append(patroni, r.writable), append(first, r.first), append(ours, r.first-r.writable)
+			if r.kept {
+				kept++
+			} else {
+				waiter = append(waiter, r.waiter-r.writable)
+			}
+			reissued += r.reissued
+		}
+		total += reissued
+		t.Logf("%s, %d runs: writable after p50 %v max %v (Patroni); acquisitions resumed after p50 %v max %v, that is %v / %v after writable (ours); "+
+			"holder kept its lease %d times, lost it %d times, the waiter holding p50 %v max %v after writable; tokens reissued %d",
+			f, runs, ms(p50(patroni)), ms(maxOf(patroni)), ms(p50(first)), ms(maxOf(first)), ms(p50(ours)), ms(maxOf(ours)),
+			kept, runs-kept, ms(p50(waiter)), ms(maxOf(waiter)), reissued)
+	}
+	t.Logf("tokens reissued in all: %d (synchronous mode: %v)", total, !o.Async)
+}
+
+// leaseRun is one fault's outcome, times from the fault: to a writable
+// primary, to the first acquisition after the outage, to the waiter's
+// acquisition of the holder's name.
+type leaseRun struct {
+	writable, first, waiter time.Duration
+	kept                    bool
+	reissued                int
+}
+
+// leaseFault runs one fault under the workload and checks it.
+func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, strict bool) leaseRun {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	pool := pgtest.NewPool(t, p.DSN())
+	held := fmt.Sprintf("held-%s-%d", f, i)
+	const ttl = 5 * time.Second
+	holder, err := newStore(t, pool, lease.Config{}).Acquire(ctx, held, ttl, lease.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := newStore(t, pool, lease.Config{}).Acquire(ctx, held, ttl)
+		got <- acquired{l, err, time.Now()}
+	}()
+	var w tokenLog
+	stop := w.churn(ctx, t, pool, fmt.Sprintf("churn-%s-%d", f, i), 3)
+	defer stop()
+	w.waitAcks(t, ctx, 20)
+	fo, err := p.Fault(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writableAt := fo.At.Add(fo.Writable)
+	w.waitAckAfter(t, ctx, writableAt)
+	from, to := w.outage(fo.At)
+	r := leaseRun{writable: fo.Writable, first: to.Sub(fo.At)}
+	r.kept = holderOutcome(t, ctx, holder, writableAt)
+	if r.kept {
+		if err := holder.Release(ctx); err != nil {
+			t.Fatalf("%s %d: release of the kept lease: %v", f, i, err)
+		}
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("%s %d: the waiter: %v", f, i, a.err)
+	}
+	if a.l.Token() <= holder.Token() {
+		r.reissued++
+		t.Errorf("%s %d: the waiter got token %d, the holder had %d", f, i, a.l.Token(), holder.Token())
+	}
+	r.waiter = a.at.Sub(fo.At)
+	stop()
+	r.reissued += w.check(t, fmt.Sprintf("%s %d", f, i), strict)
+	t.Logf("%s %d: %s → %s writable after %v; acquisitions resumed after %v (none for %v); holder kept: %v (%v); waiter token %d after %v; %d acquisitions, %d failed tries",
+		f, i, fo.Old, fo.New, ms(fo.Writable), ms(r.first), ms(to.Sub(from)), r.kept, holder.Err(),
+		a.l.Token(), ms(r.waiter), len(w.acks), w.errs)
+	_ = a.l.Release(ctx)
+	if err := fo.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+type acquired struct {
+	l   *lease.Lease
+	err error
+	at  time.Time
+}
+
+// holderOutcome waits until the kept-alive lease was either renewed after
+// the new primary became writable (true) or lost and announced (false).
+func holderOutcome(t *testing.T, ctx context.Context, l *lease.Lease, writableAt time.Time) bool {
+	t.Helper()
+	for {
+		select {
+		case <-l.Lost():
+			if !errors.Is(l.Err(), lease.ErrLost) {
+				t.Fatalf("Lost closed but Err is %v, not ErrLost", l.Err())
+			}
+			return false
+		default:
+		}
+		// TrustedUntil = send time of the last confirmed renewal + TTL −
+		// margin (TTL/10 by default): past writableAt + TTL − margin only by a renewal sent
+		// after the new primary was writable.
+		if l.TrustedUntil().After(writableAt.Add(l.TTL() - l.TTL()/10)) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the holder's lease was neither renewed on the new primary nor lost")
+		case <-l.Lost():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// tokenLog records every acknowledged acquisition of a churned name, in
+// the order they were acknowledged.
+type tokenLog struct {
+	mu   sync.Mutex
+	acks []tokenAck
+	errs int
+}
+
+type tokenAck struct {
+	token int64
+	at    time.Time
+}
+
+// churn runs n stores acquiring and releasing name until the returned
+// stop is called; stop waits for them and may be called twice.
+func (w *tokenLog) churn(ctx context.Context, t *testing.T, pool *pgxpool.Pool, name string, n int) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range n {
+		s := newStore(t, pool, lease.Config{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				l, err := s.TryAcquire(ctx, name, 2*time.Second)
+				if err == nil {
+					w.mu.Lock() // recorded before the release: acks are in token order
+					w.acks = append(w.acks, tokenAck{l.Token(), time.Now()})
+					w.mu.Unlock()
+					_ = l.Release(ctx)
+					continue
+				}
+				if !errors.Is(err, lease.ErrHeld) {
+					w.mu.Lock()
+					w.errs++
+					w.mu.Unlock()
+				}
+				select { // pace retries; not a synchronization
+				case <-ctx.Done():
+				case <-time.After(2 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	return func() { cancel(); wg.Wait() }
+}
