@@ -81,6 +81,17 @@ func (w *tokenLog) check(t *testing.T, what string, strict bool) int {
 	return bad
 }
 
+// highest returns the highest acknowledged token.
+func (w *tokenLog) highest() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var h int64
+	for _, a := range w.acks {
+		h = max(h, a.token)
+	}
+	return h
+}
+
 func p50(ds []time.Duration) time.Duration {
 	if len(ds) == 0 {
 		return 0

@@ -161,8 +161,6 @@ func (p *Patroni) NodeDSN(name string) (string, error) {
 // first 200 answers: a paused node's API may take its whole timeout (2 s)
 // to answer.
 func (p *Patroni) Primary(ctx context.Context) string {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	answers := make(chan string, len(p.nodes))
 	for _, n := range p.nodes {
 		go func() {
