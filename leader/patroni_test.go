@@ -27,6 +27,7 @@ import (
 //   - no term began while another candidate still trusted its own (the
 //     trust book's check at each election: the other's work context live
 //     and its TrustedUntil not passed);
+//   - no term number is elected twice;
 //   - the fenced table, read at the end, accepted its writes in
 //     non-decreasing term order: no write of a stale term after a newer
 //     term's.
@@ -52,16 +53,28 @@ func TestPatroniLeaderFailover(t *testing.T) {
 		e := newElector(t, r, "patroni", who, func(c *leader.Config) { c.TTL = 5 * time.Second })
 		runWork(t, e, fencedWork(r.pool, who, book.work(who)))
 	}
-	last := waitEvent(t, book.elected, "the first election").term.Number
+	first := waitEvent(t, book.elected, "the first election")
+	last, seen := first.term.Number, map[int64]event{first.term.Number: first}
 	faults := []pgtest.PatroniFault{pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultPause, pgtest.FaultKillNode}
 	for _, f := range faults {
 		var patroni, ours []time.Duration
 		for i := range runs {
-			pd, od, term := leaderFault(t, p, book, f, i, last)
+			pd, od, term := leaderFault(t, p, book, f, i, last, seen)
 			patroni, ours, last = append(patroni, pd), append(ours, od), term
 		}
 		t.Logf("%s, %d runs: writable p50 %v max %v; new leader after that p50 %v max %v",
 			f, runs, median(patroni), slices.Max(patroni), median(ours), slices.Max(ours))
+	}
+	for drained := false; !drained; {
+		select {
+		case ev := <-book.elected: // an election after the last fault's
+			if prev, ok := seen[ev.term.Number]; ok {
+				t.Errorf("term %d elected twice: %s at %v and %s at %v", ev.term.Number,
+					prev.who, prev.at.Format("15:04:05.000"), ev.who, ev.at.Format("15:04:05.000"))
+			}
+		default:
+			drained = true
+		}
 	}
 	book.mu.Lock()
 	for _, o := range book.overlaps {
@@ -72,8 +85,10 @@ func TestPatroniLeaderFailover(t *testing.T) {
 }
 
 // leaderFault injects f and waits for a leader in a term above last;
-// it returns Patroni's part, ours, and the new term.
-func leaderFault(t *testing.T, p *pgtest.Patroni, book *trustBook, f pgtest.PatroniFault, i int, last int64) (time.Duration, time.Duration, int64) {
+// it returns Patroni's part, ours, and the new term. A term number
+// elected twice (seen holds every election so far) fails t: the failover
+// lost the lease row's acknowledged counter.
+func leaderFault(t *testing.T, p *pgtest.Patroni, book *trustBook, f pgtest.PatroniFault, i int, last int64, seen map[int64]event) (time.Duration, time.Duration, int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	fo, err := p.Fault(ctx, f)
@@ -88,6 +103,11 @@ func leaderFault(t *testing.T, p *pgtest.Patroni, book *trustBook, f pgtest.Patr
 		case <-ctx.Done():
 			t.Fatalf("%s %d: no leader in a term above %d after the fault", f, i, last)
 		}
+		if prev, ok := seen[ev.term.Number]; ok {
+			t.Errorf("%s %d: term %d elected twice: %s at %v and %s at %v", f, i, ev.term.Number,
+				prev.who, prev.at.Format("15:04:05.000"), ev.who, ev.at.Format("15:04:05.000"))
+		}
+		seen[ev.term.Number] = ev
 		if ev.term.Number <= last {
 			t.Logf("%s %d: %s elected in term %d, not above %d: an election before the fault reported late", f, i, ev.who, ev.term.Number, last)
 			continue

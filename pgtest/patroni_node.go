@@ -180,8 +180,8 @@ func (p *Patroni) Primary(ctx context.Context) string {
 }
 
 // WaitPrimary waits until a node other than not (any node if not is "")
-// is the primary and accepts a write; it returns
-// that node. On ctx's end the error carries Patroni's view of the cluster
+// accepts a write — is out of recovery, whatever Patroni's REST API says
+// yet — and returns that node. On ctx's end the error carries Patroni's view of the cluster
 // (patronictl list) and the logs' tails.
 func (p *Patroni) WaitPrimary(ctx context.Context, not string) (string, error) {
 	return p.waitPrimary(ctx, not, false)
@@ -195,16 +195,51 @@ func (p *Patroni) WaitSynchronous(ctx context.Context) (string, error) {
 }
 
 func (p *Patroni) waitPrimary(ctx context.Context, not string, sync bool) (string, error) {
-	for {
-		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && (!sync || p.hasSync(ctx)) {
+	if !sync {
+		if name := p.firstWritable(ctx, not); name != "" {
+			return name, nil
+		}
+	}
+	for sync && ctx.Err() == nil {
+		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && p.hasSync(ctx) {
 			return name, nil
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("pgtest: Patroni elected no primary (other than %q; synchronous standby wanted: %v): %w\n%s",
-				not, sync && !p.opts.Async, context.Cause(ctx), p.view())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	return "", fmt.Errorf("pgtest: Patroni elected no primary (other than %q; synchronous standby wanted: %v): %w\n%s",
+		not, sync && !p.opts.Async, context.Cause(ctx), p.view())
+}
+
+// firstWritable polls every node but not, each on its own (a paused node
+// holds a connection attempt for its timeout), and returns the first that
+// accepts a write, or "" when ctx ends.
+func (p *Patroni) firstWritable(ctx context.Context, not string) string {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	found := make(chan string, len(p.nodes))
+	for _, n := range p.nodes {
+		if n.name == not {
+			continue
+		}
+		go func() {
+			for !p.writable(ctx, n.name) {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			found <- n.name
+		}()
+	}
+	select {
+	case name := <-found:
+		return name
+	case <-ctx.Done():
+		return ""
 	}
 }
 
