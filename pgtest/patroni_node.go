@@ -187,8 +187,9 @@ func (p *Patroni) WaitPrimary(ctx context.Context, not string) (string, error) {
 	return p.waitPrimary(ctx, not, false)
 }
 
-// WaitSynchronous waits, as [Patroni.WaitPrimary] does, for a writable
-// primary and also, in synchronous mode, for a node that Patroni calls its
+// WaitSynchronous waits for a primary that Patroni's REST API names and
+// that accepts a write, every other node a replica Patroni would promote
+// (running, not lagging) and, in synchronous mode, one of them Patroni's
 // synchronous standby: the cluster is then ready for another failover.
 func (p *Patroni) WaitSynchronous(ctx context.Context) (string, error) {
 	return p.waitPrimary(ctx, "", true)
@@ -201,7 +202,7 @@ func (p *Patroni) waitPrimary(ctx context.Context, not string, sync bool) (strin
 		}
 	}
 	for sync && ctx.Err() == nil {
-		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && p.hasSync(ctx) {
+		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && p.hasSync(ctx, name) {
 			return name, nil
 		}
 		select {
@@ -264,19 +265,30 @@ func (p *Patroni) writable(ctx context.Context, name string) bool {
 	return err == nil && ok
 }
 
-// hasSync reports whether, in synchronous mode, some node's Patroni calls
-// itself a synchronous standby (GET /sync answers 200): only then will
-// Patroni switch over or fail over without losing commits.
-func (p *Patroni) hasSync(ctx context.Context) bool {
-	if p.opts.Async {
-		return true
-	}
+// hasSync reports whether every node but the primary is a healthy
+// replica — Patroni's GET /replica?lag=1MB answers 200: running, and
+// replayed to within maximum_lag_on_failover of the leader's last
+// position, so Patroni would promote it — and, in synchronous mode,
+// whether one of them is Patroni's synchronous standby (GET /sync): only
+// then will Patroni switch over or fail over without losing commits.
+// (GET /sync alone is not enough: it answers from the DCS's sync key, for
+// a standby that may not stream yet, and Patroni refuses to promote a
+// replica that lags.)
+func (p *Patroni) hasSync(ctx context.Context, primary string) bool {
+	sync := p.opts.Async
 	for _, n := range p.nodes {
-		if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/sync"); code == http.StatusOK {
-			return true
+		if n.name == primary {
+			continue
+		}
+		rest := "http://127.0.0.1:" + strconv.Itoa(n.restPort)
+		if code, _ := httpGet(ctx, rest+"/replica?lag=1048576"); code != http.StatusOK {
+			return false
+		}
+		if code, _ := httpGet(ctx, rest+"/sync"); code == http.StatusOK {
+			sync = true
 		}
 	}
-	return false
+	return sync
 }
 
 // view returns patronictl list and the tails of every log, for errors.
