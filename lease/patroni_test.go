@@ -94,7 +94,11 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 			if f == pgtest.FaultPause && (i > 0 || len(patroniFaults) > 0) {
 				cluster()
 			}
-			rs = append(rs, leaseFault(t, p, f, i, strict))
+			if f == pgtest.FaultPause {
+				rs = append(rs, leasePause(t, p, i, strict))
+			} else {
+				rs = append(rs, leaseFault(t, p, f, i, strict))
+			}
 		}
 		total += summarize(t, f, rs)
 	}
@@ -104,12 +108,15 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 // summarize logs a fault's figures and returns its reissued tokens.
 func summarize(t *testing.T, f pgtest.PatroniFault, rs []leaseRun) int {
 	var patroni, first, ours, waiter []time.Duration
-	kept, reissued := 0, 0
+	kept, judged, reissued := 0, 0, 0
 	for _, r := range rs {
 		patroni, first, ours = append(patroni, r.writable), append(first, r.first), append(ours, r.first-r.writable)
-		if r.kept {
-			kept++
-		} else {
+		switch {
+		case r.noHolder:
+		case r.kept:
+			kept, judged = kept+1, judged+1
+		default:
+			judged++
 			waiter = append(waiter, r.waiter-r.writable)
 		}
 		reissued += r.reissued
@@ -117,7 +124,7 @@ func summarize(t *testing.T, f pgtest.PatroniFault, rs []leaseRun) int {
 	t.Logf("%s, %d runs: writable after p50 %v max %v (Patroni); acquisitions resumed after p50 %v max %v, that is %v / %v after writable (ours); "+
 		"holder kept its lease %d times, lost it %d times, the waiter holding p50 %v max %v after writable; tokens reissued %d",
 		f, len(rs), ms(p50(patroni)), ms(maxOf(patroni)), ms(p50(first)), ms(maxOf(first)), ms(p50(ours)), ms(maxOf(ours)),
-		kept, len(rs)-kept, ms(p50(waiter)), ms(maxOf(waiter)), reissued)
+		kept, judged-kept, ms(p50(waiter)), ms(maxOf(waiter)), reissued)
 	return reissued
 }
 
@@ -127,6 +134,7 @@ func summarize(t *testing.T, f pgtest.PatroniFault, rs []leaseRun) int {
 type leaseRun struct {
 	writable, first, waiter time.Duration
 	kept                    bool
+	noHolder                bool // the holder's outcome was not judged
 	reissued                int
 }
 
@@ -179,12 +187,7 @@ func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, s
 		f, i, fo.Old, fo.New, ms(fo.Writable), ms(r.first), ms(to.Sub(from)), r.kept, holder.Err(),
 		a.l.Token(), ms(r.waiter), len(w.acks), w.errs)
 	_ = a.l.Release(ctx)
-	if f == pgtest.FaultPause { // no recovery to wait for: the cluster is dropped
-		_, err = p.WaitPrimary(ctx, "")
-	} else {
-		err = fo.Recover(ctx)
-	}
-	if err != nil {
+	if err := fo.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r.reissued += lostTokens(t, ctx, pool, fmt.Sprintf("%s %d", f, i), strict, map[string]int64{
@@ -270,10 +273,15 @@ type tokenAck struct {
 // churn runs n stores acquiring and releasing w.name until the returned
 // stop is called; stop waits for them and may be called twice.
 func (w *tokenLog) churn(ctx context.Context, t *testing.T, pool *pgxpool.Pool, n int) func() {
+	return w.churnWith(ctx, func() *lease.Store { return newStore(t, pool, lease.Config{}) }, n)
+}
+
+// churnWith is churn on stores made by store.
+func (w *tokenLog) churnWith(ctx context.Context, store func() *lease.Store, n int) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for range n {
-		s := newStore(t, pool, lease.Config{})
+		s := store()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
