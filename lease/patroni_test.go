@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +40,22 @@ func patroniRuns(t *testing.T) int {
 // cluster never names a synchronous standby again.
 var patroniFaults = []pgtest.PatroniFault{
 	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode,
+}
+
+// faultsWanted returns faults, or those named in PGLOCKS_PATRONI_FAULTS
+// (a comma-separated list, e.g. "pause" or "switchover,kill-node").
+func faultsWanted(faults []pgtest.PatroniFault) []pgtest.PatroniFault {
+	want := os.Getenv("PGLOCKS_PATRONI_FAULTS")
+	if want == "" {
+		return faults
+	}
+	var out []pgtest.PatroniFault
+	for _, f := range faults {
+		if slices.Contains(strings.Split(want, ","), string(f)) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // TestPatroniLeaseFailover fails a real Patroni cluster's primary
@@ -86,12 +104,12 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 			t.Fatal(err)
 		}
 	}
-	cluster()
+	faults := faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause))
 	total := 0
-	for _, f := range append(patroniFaults, pgtest.FaultPause) {
+	for j, f := range faults {
 		var rs []leaseRun
 		for i := range runs {
-			if f == pgtest.FaultPause && (i > 0 || len(patroniFaults) > 0) {
+			if j == 0 && i == 0 || f == pgtest.FaultPause {
 				cluster()
 			}
 			if f == pgtest.FaultPause {
