@@ -192,6 +192,9 @@ func (p *Patroni) Fault(ctx context.Context, f PatroniFault) (*Failover, error) 
 // writable primary and, in synchronous mode, a synchronous standby again:
 // ready for the next fault.
 func (fo *Failover) Recover(ctx context.Context) error {
+	if fo == nil || fo.p == nil {
+		return errors.New("pgtest: recover: no failover (a nil *Failover, or not one Patroni.Fault returned)")
+	}
 	if fo.Fault == FaultKillNode {
 		if err := fo.p.StartNode(fo.Old); err != nil {
 			return err
