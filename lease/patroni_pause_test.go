@@ -22,7 +22,7 @@ import (
 // handed out again. Such a loss fails t (when strict) only if the old
 // primary did not take the key back: the rest is Patroni's split brain,
 // logged and counted. The cluster is not reused.
-func leasePause(t *testing.T, p *pgtest.Patroni, i int, strict bool) leaseRun {
+func leasePause(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, strict bool) leaseRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	pool := pgtest.NewPool(t, p.DSN())
@@ -38,7 +38,7 @@ func leasePause(t *testing.T, p *pgtest.Patroni, i int, strict bool) leaseRun {
 		})
 		return s
 	}
-	held := fmt.Sprint("held-pause-", i)
+	held := fmt.Sprint("held-", f, "-", i)
 	holder, err := store().Acquire(ctx, held, 5*time.Second, lease.WithKeepAlive())
 	if err != nil {
 		t.Fatal(err)
@@ -48,19 +48,19 @@ func leasePause(t *testing.T, p *pgtest.Patroni, i int, strict bool) leaseRun {
 		l, err := store().Acquire(ctx, held, 5*time.Second)
 		got <- acquired{l, err, time.Now()}
 	}()
-	w := tokenLog{name: fmt.Sprint("churn-pause-", i)}
+	w := tokenLog{name: fmt.Sprint("churn-", f, "-", i)}
 	stop := w.churnWith(ctx, store, 3)
 	defer stop()
 	w.waitAcks(t, ctx, 20)
-	fo, err := p.Fault(ctx, pgtest.FaultPause)
+	fo, err := p.Fault(ctx, f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	last := fo.New
 	if again := leaderOtherThan(ctx, p, fo.New, time.Minute); again != "" {
 		last = again
-		t.Logf("pause %d: Patroni names %s primary again %v after the fault: the resumed primary took the leader key back from %s",
-			i, again, ms(time.Since(fo.At)), fo.New)
+		t.Logf("%s %d: Patroni names %s primary again %v after the fault: the resumed primary took the leader key back from %s",
+			f, i, again, ms(time.Since(fo.At)), fo.New)
 	}
 	stop()
 	acked := map[string]int64{held: holder.Token(), w.name: w.highest()}
@@ -72,10 +72,10 @@ func leasePause(t *testing.T, p *pgtest.Patroni, i int, strict bool) leaseRun {
 	default:
 	}
 	lost := countersBelow(t, ctx, p, last, acked)
-	t.Logf("pause %d: %s → %s writable after %v, last primary %s; acknowledged %v; tokens to be handed out again: %d",
-		i, fo.Old, fo.New, ms(fo.Writable), last, acked, lost)
+	t.Logf("%s %d: %s → %s writable after %v, last primary %s; acknowledged %v; tokens to be handed out again: %d",
+		f, i, fo.Old, fo.New, ms(fo.Writable), last, acked, lost)
 	if lost > 0 && strict && last == fo.New {
-		t.Errorf("pause %d: %d tokens lost although the promoted node stayed primary", i, lost)
+		t.Errorf("%s %d: %d tokens lost although the promoted node stayed primary", f, i, lost)
 	}
 	_, to := w.outage(fo.At)
 	return leaseRun{writable: fo.Writable, first: to.Sub(fo.At), reissued: lost, noHolder: true}

@@ -60,22 +60,25 @@ func faultsWanted(faults []pgtest.PatroniFault) []pgtest.PatroniFault {
 
 // TestPatroniLeaseFailover fails a real Patroni cluster's primary
 // (synchronous mode) over and over — switchover, SIGKILL of the
-// postmaster, a paused postmaster, SIGKILL of the node — while three stores
-// acquire and release one name as fast as they can, a holder keeps
-// another name alive, and a waiter waits for it, all on the multi-host
-// DSN. Each time:
+// postmaster, SIGKILL of the node — while three stores acquire and release
+// one name as fast as they can, a holder keeps another name alive, and a
+// waiter waits for it, all on the multi-host DSN. Each time:
 //
 //   - no token is acknowledged twice, and every token acknowledged after
 //     another is higher (in sync mode a failover loses no acknowledged
 //     acquisition);
+//   - once the cluster has recovered, the primary's counter is at least
+//     every acknowledged token;
 //   - the holder's lease is renewed on the new primary, or lost and
 //     announced (Lost, Err wrapping ErrLost) — never both, never silently;
 //   - the waiter acquires on the new primary with a token above the
 //     holder's.
 //
-// It logs per fault the time from the fault to a writable primary
-// (Patroni's part) and from there to the first acquisition on it and to
-// the waiter's (ours), p50 and max.
+// Then a paused primary, short and long, each on a cluster of its own (see
+// leasePause). It logs per fault the time from the fault to a writable
+// primary (Patroni's part), to the first acquisition after the outage and
+// to the waiter's (ours: the difference), p50 and max, and the tokens that
+// were or will be handed out twice. PGLOCKS_PATRONI_FAULTS picks faults.
 func TestPatroniLeaseFailover(t *testing.T) {
 	runs := patroniRuns(t)
 	leaseThroughPatroni(t, pgtest.PatroniOptions{}, runs, true)
@@ -104,16 +107,17 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 			t.Fatal(err)
 		}
 	}
-	faults := faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause))
+	faults := faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong))
 	total := 0
 	for j, f := range faults {
 		var rs []leaseRun
 		for i := range runs {
-			if j == 0 && i == 0 || f == pgtest.FaultPause {
+			paused := f == pgtest.FaultPause || f == pgtest.FaultPauseLong
+			if j == 0 && i == 0 || paused {
 				cluster()
 			}
-			if f == pgtest.FaultPause {
-				rs = append(rs, leasePause(t, p, i, strict))
+			if paused {
+				rs = append(rs, leasePause(t, p, f, i, strict))
 			} else {
 				rs = append(rs, leaseFault(t, p, f, i, strict))
 			}

@@ -137,6 +137,10 @@ const (
 	// primary, then continues it: the old primary wakes up still
 	// believing it is one, until its Patroni demotes it.
 	FaultPause PatroniFault = "pause"
+	// FaultPauseLong is FaultPause continued 10 s after another node
+	// accepts writes, long enough for clients to move to it, as a stall
+	// that outlasts the failover would.
+	FaultPauseLong PatroniFault = "pause-long"
 )
 
 // Failover is what one [Patroni.Fault] did.
@@ -145,7 +149,7 @@ type Failover struct {
 	Old, New string        // the primary before and after
 	At       time.Time     // when the fault was injected
 	Writable time.Duration // from At until New accepted a write
-	Resumed  time.Time     // FaultPause: when the old primary was continued
+	Resumed  time.Time     // FaultPause, FaultPauseLong: when the old primary was continued
 
 	p *Patroni
 }
@@ -169,7 +173,7 @@ func (p *Patroni) Fault(ctx context.Context, f PatroniFault) (*Failover, error) 
 		err = p.KillNode(fo.Old)
 	case FaultKillPostmaster:
 		err, not = p.KillPostmaster(fo.Old), ""
-	case FaultPause:
+	case FaultPause, FaultPauseLong:
 		err = p.PausePostmaster(fo.Old)
 	default:
 		err = fmt.Errorf("pgtest: no fault %q", f)
@@ -179,7 +183,13 @@ func (p *Patroni) Fault(ctx context.Context, f PatroniFault) (*Failover, error) 
 	}
 	fo.New, err = p.WaitPrimary(ctx, not)
 	fo.Writable = time.Since(fo.At)
-	if f == FaultPause {
+	if f == FaultPauseLong && err == nil {
+		select { // the stall's length, not a synchronization
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if f == FaultPause || f == FaultPauseLong {
 		fo.Resumed = time.Now()
 		if rerr := p.ResumePostmaster(fo.Old); err == nil {
 			err = rerr
