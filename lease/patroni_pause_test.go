@@ -77,8 +77,7 @@ func leasePause(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, s
 	if lost > 0 && strict && last == fo.New {
 		t.Errorf("%s %d: %d tokens lost although the promoted node stayed primary", f, i, lost)
 	}
-	_, to := w.outage(fo.At)
-	return leaseRun{writable: fo.Writable, first: to.Sub(fo.At), reissued: lost, noHolder: true}
+	return leaseRun{writable: fo.Writable, reissued: lost, noHolder: true}
 }
 
 // countersBelow reads each name's counter on node and returns how many
