@@ -2,7 +2,6 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -307,79 +306,6 @@ func (p *Patroni) view() string {
 		fmt.Fprintf(&b, "--- %s:\n%s\n", pr.name, tail(pr.log))
 	}
 	return b.String()
-}
-
-// KillPostmaster sends SIGKILL to name's postmaster alone, and returns
-// once it has exited; its Patroni lives on and decides what follows (a
-// restart in place, or a failover).
-func (p *Patroni) KillPostmaster(name string) error {
-	n, err := p.node(name)
-	if err != nil {
-		return err
-	}
-	pid := n.postmasterPID()
-	if pid <= 0 {
-		return fmt.Errorf("pgtest: %s has no postmaster running", name)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("pgtest: %s: postmaster %d: %w", name, pid, err)
-	}
-	if !waitDead(pid, 10*time.Second) {
-		return fmt.Errorf("pgtest: %s: postmaster %d still runs 10 s after SIGKILL", name, pid)
-	}
-	return nil
-}
-
-// KillNode sends SIGKILL to name's Patroni and its postmaster at once, as a
-// crashed machine would: the leader key expires after TTL and a replica is
-// promoted. The node stays down until [Patroni.StartNode].
-func (p *Patroni) KillNode(name string) error {
-	n, err := p.node(name)
-	if err != nil {
-		return err
-	}
-	pid := n.postmasterPID()
-	if err := syscall.Kill(-n.proc.cmd.Process.Pid, syscall.SIGKILL); err != nil {
-		return err
-	}
-	<-n.proc.done
-	if pid > 0 {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	return nil
-}
-
-// StartNode starts name's Patroni again after [Patroni.KillNode]; it
-// rejoins as a replica (pg_rewind if need be).
-func (p *Patroni) StartNode(name string) error {
-	n, err := p.node(name)
-	if err != nil {
-		return err
-	}
-	select {
-	case <-n.proc.done:
-	default:
-		return fmt.Errorf("pgtest: %s is running", name)
-	}
-	return n.start(p)
-}
-
-// Switchover asks Patroni (patronictl switchover) to hand the primary's
-// role from the current primary to candidate ("" lets Patroni choose).
-func (p *Patroni) Switchover(ctx context.Context, candidate string) error {
-	leader := p.Primary(ctx)
-	if leader == "" {
-		return errors.New("pgtest: switchover: no primary now")
-	}
-	args := []string{"-c", p.nodes[0].configPath, "switchover", "--leader", leader, "--force"}
-	if candidate != "" {
-		args = append(args, "--candidate", candidate)
-	}
-	out, err := exec.CommandContext(ctx, "patronictl", args...).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "Successfully switched over") {
-		return fmt.Errorf("pgtest: patronictl switchover: %v: %s", err, out)
-	}
-	return nil
 }
 
 // startHAProxy starts HAProxy in front of the nodes, checking each
