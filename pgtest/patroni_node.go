@@ -2,9 +2,7 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -158,77 +156,138 @@ func (p *Patroni) NodeDSN(name string) (string, error) {
 }
 
 // Primary returns the node whose Patroni REST API answers GET /primary
-// with 200, or "" if none does now.
+// with 200, or "" if none does now. The nodes are asked at once, and the
+// first 200 answers: a paused node's API may take its whole timeout (2 s)
+// to answer.
 func (p *Patroni) Primary(ctx context.Context) string {
+	answers := make(chan string, len(p.nodes))
 	for _, n := range p.nodes {
-		if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/primary"); code == http.StatusOK {
-			return n.name
+		go func() {
+			if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/primary"); code == http.StatusOK {
+				answers <- n.name
+				return
+			}
+			answers <- ""
+		}()
+	}
+	for range p.nodes {
+		if name := <-answers; name != "" {
+			return name
 		}
 	}
 	return ""
 }
 
 // WaitPrimary waits until a node other than not (any node if not is "")
-// is the primary and accepts a write through [Patroni.DSN]; it returns
-// that node. On ctx's end the error carries Patroni's view of the cluster
+// accepts a write — is out of recovery, whatever Patroni's REST API says
+// yet — and returns that node. On ctx's end the error carries Patroni's view of the cluster
 // (patronictl list) and the logs' tails.
 func (p *Patroni) WaitPrimary(ctx context.Context, not string) (string, error) {
 	return p.waitPrimary(ctx, not, false)
 }
 
-// WaitSynchronous waits, as [Patroni.WaitPrimary] does, for a writable
-// primary and also, in synchronous mode, for a node that Patroni calls its
+// WaitSynchronous waits for a primary that Patroni's REST API names and
+// that accepts a write, every other node a replica Patroni would promote
+// (running, not lagging) and, in synchronous mode, one of them Patroni's
 // synchronous standby: the cluster is then ready for another failover.
 func (p *Patroni) WaitSynchronous(ctx context.Context) (string, error) {
 	return p.waitPrimary(ctx, "", true)
 }
 
 func (p *Patroni) waitPrimary(ctx context.Context, not string, sync bool) (string, error) {
-	for {
-		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && (!sync || p.hasSync(ctx)) {
+	if !sync {
+		if name := p.firstWritable(ctx, not); name != "" {
+			return name, nil
+		}
+	}
+	for sync && ctx.Err() == nil {
+		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && p.hasSync(ctx, name) {
 			return name, nil
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("pgtest: Patroni elected no primary (other than %q; synchronous standby wanted: %v): %w\n%s",
-				not, sync && !p.opts.Async, context.Cause(ctx), p.view())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	return "", fmt.Errorf("pgtest: Patroni elected no primary (other than %q; synchronous standby wanted: %v): %w\n%s",
+		not, sync && !p.opts.Async, context.Cause(ctx), p.view())
 }
 
-// writable reports whether name accepts a write through the multi-host
-// DSN.
+// firstWritable polls every node but not, each on its own (a paused node
+// holds a connection attempt for its timeout), and returns the first that
+// accepts a write, or "" when ctx ends.
+func (p *Patroni) firstWritable(ctx context.Context, not string) string {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	found := make(chan string, len(p.nodes))
+	for _, n := range p.nodes {
+		if n.name == not {
+			continue
+		}
+		go func() {
+			for !p.writable(ctx, n.name) {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			found <- n.name
+		}()
+	}
+	select {
+	case name := <-found:
+		return name
+	case <-ctx.Done():
+		return ""
+	}
+}
+
+// writable reports whether name accepts a write, connecting to it alone:
+// Patroni's part of a failover ends there. (A client's multi-host DSN may
+// take longer: it tries the hosts in turn, and a paused one holds it for
+// connect_timeout.)
 func (p *Patroni) writable(ctx context.Context, name string) bool {
-	n, _ := p.node(name)
+	dsn, err := p.NodeDSN(name)
+	if err != nil {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, p.DSN())
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return false
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if a, ok := conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr); !ok || a.Port != n.pgPort {
-		return false
-	}
 	var ok bool
-	err = conn.QueryRow(ctx, "select pg_catalog.txid_current() > 0").Scan(&ok)
+	err = conn.QueryRow(ctx, "select not pg_catalog.pg_is_in_recovery() and pg_catalog.txid_current() > 0").Scan(&ok)
 	return err == nil && ok
 }
 
-// hasSync reports whether, in synchronous mode, some node's Patroni calls
-// itself a synchronous standby (GET /sync answers 200): only then will
-// Patroni switch over or fail over without losing commits.
-func (p *Patroni) hasSync(ctx context.Context) bool {
-	if p.opts.Async {
-		return true
-	}
+// hasSync reports whether every node but the primary is a healthy
+// replica — Patroni's GET /replica?lag=1MB answers 200: running, and
+// replayed to within maximum_lag_on_failover of the leader's last
+// position, so Patroni would promote it — and, in synchronous mode,
+// whether one of them is Patroni's synchronous standby (GET /sync): only
+// then will Patroni switch over or fail over without losing commits.
+// (GET /sync alone is not enough: it answers from the DCS's sync key, for
+// a standby that may not stream yet, and Patroni refuses to promote a
+// replica that lags.)
+func (p *Patroni) hasSync(ctx context.Context, primary string) bool {
+	sync := p.opts.Async
 	for _, n := range p.nodes {
-		if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/sync"); code == http.StatusOK {
-			return true
+		if n.name == primary {
+			continue
+		}
+		rest := "http://127.0.0.1:" + strconv.Itoa(n.restPort)
+		if code, _ := httpGet(ctx, rest+"/replica?lag=1048576"); code != http.StatusOK {
+			return false
+		}
+		if code, _ := httpGet(ctx, rest+"/sync"); code == http.StatusOK {
+			sync = true
 		}
 	}
-	return false
+	return sync
 }
 
 // view returns patronictl list and the tails of every log, for errors.
@@ -247,72 +306,6 @@ func (p *Patroni) view() string {
 		fmt.Fprintf(&b, "--- %s:\n%s\n", pr.name, tail(pr.log))
 	}
 	return b.String()
-}
-
-// KillPostmaster sends SIGKILL to name's postmaster alone; its Patroni
-// lives on and decides what follows (a restart in place, or a failover).
-func (p *Patroni) KillPostmaster(name string) error {
-	n, err := p.node(name)
-	if err != nil {
-		return err
-	}
-	pid := n.postmasterPID()
-	if pid <= 0 {
-		return fmt.Errorf("pgtest: %s has no postmaster running", name)
-	}
-	return syscall.Kill(pid, syscall.SIGKILL)
-}
-
-// KillNode sends SIGKILL to name's Patroni and its postmaster at once, as a
-// crashed machine would: the leader key expires after TTL and a replica is
-// promoted. The node stays down until [Patroni.StartNode].
-func (p *Patroni) KillNode(name string) error {
-	n, err := p.node(name)
-	if err != nil {
-		return err
-	}
-	pid := n.postmasterPID()
-	if err := syscall.Kill(-n.proc.cmd.Process.Pid, syscall.SIGKILL); err != nil {
-		return err
-	}
-	<-n.proc.done
-	if pid > 0 {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	return nil
-}
-
-// StartNode starts name's Patroni again after [Patroni.KillNode]; it
-// rejoins as a replica (pg_rewind if need be).
-func (p *Patroni) StartNode(name string) error {
-	n, err := p.node(name)
-	if err != nil {
-		return err
-	}
-	select {
-	case <-n.proc.done:
-	default:
-		return fmt.Errorf("pgtest: %s is running", name)
-	}
-	return n.start(p)
-}
-
-// Switchover asks Patroni (patronictl switchover) to hand the primary's
-// role from the current primary to candidate ("" lets Patroni choose).
-func (p *Patroni) Switchover(ctx context.Context, candidate string) error {
-	leader := p.Primary(ctx)
-	if leader == "" {
-		return errors.New("pgtest: switchover: no primary now")
-	}
-	args := []string{"-c", p.nodes[0].configPath, "switchover", "--leader", leader, "--force"}
-	if candidate != "" {
-		args = append(args, "--candidate", candidate)
-	}
-	out, err := exec.CommandContext(ctx, "patronictl", args...).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "Successfully switched over") {
-		return fmt.Errorf("pgtest: patronictl switchover: %v: %s", err, out)
-	}
-	return nil
 }
 
 // startHAProxy starts HAProxy in front of the nodes, checking each

@@ -3,6 +3,8 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -24,10 +26,29 @@ func NewPatroni(t testing.TB, o PatroniOptions) *Patroni {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(p.keepLogs())
+		}
 		if err := p.Close(); err != nil {
 			t.Errorf("pgtest: close Patroni: %v", err)
 		}
 	})
 	t.Logf("pgtest: Patroni cluster of %d nodes ready in %v (primary %s)", len(p.nodes), time.Since(start).Round(time.Millisecond), p.Primary(ctx))
 	return p
+}
+
+// keepLogs copies every log of the cluster (etcd, HAProxy, each Patroni
+// with its PostgreSQL) out of the dir Close removes, and says where.
+func (p *Patroni) keepLogs() string {
+	dst, err := os.MkdirTemp("", "pgtest-patroni-logs-")
+	if err != nil {
+		return "pgtest: Patroni logs not kept: " + err.Error()
+	}
+	logs, _ := filepath.Glob(filepath.Join(p.dir, "*.log"))
+	for _, l := range logs {
+		if b, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(dst, filepath.Base(l)), b, 0o644)
+		}
+	}
+	return "pgtest: the Patroni cluster's logs are kept in " + dst
 }
