@@ -204,7 +204,7 @@ func (m *Semaphore) try(ctx context.Context, n int, ttl time.Duration, o options
 	case err != nil:
 		return nil, nil, err
 	case res.full != nil && res.full.Want > res.full.Limit:
-		return nil, res.full, outcome.MarkFatal(fmt.Errorf("%w: n = %d is above the semaphore's limit %d", ErrInvalidPermits, n, res.full.Limit))
+		return nil, res.full, outcome.MarkInvalid(fmt.Errorf("%w: n = %d is above the semaphore's limit %d", ErrInvalidPermits, n, res.full.Limit))
 	case res.full != nil:
 		return nil, res.full, res.full
 	case res.lostFull != nil:
