@@ -9,10 +9,12 @@
 //	pglocks key [--sql] NAME
 //	pglocks migrate [--schema S] [--table T] [--run-table T]
 //	pglocks break NAME
+//	pglocks leader resign [--wait D] NAME
+//	pglocks leader handover [--to ID] [--wait D] NAME
 //	pglocks doctor [--need FEATURES] [--schema S] [--table T] [--run-table T]
 //
-// Every --help prints the command's synopsis, its flags and the table of
-// exit statuses to stdout. run follows flock(1)'s conventions: -n (fail
+// Flags come before NAME. Every --help prints the command's synopsis, its
+// flags and the table of exit statuses to stdout. run follows flock(1)'s conventions: -n (fail
 // at once when the lock is held: the default), -w SECONDS (plain seconds
 // or a duration; an outage of the database is waited through up to the
 // bound), -E CODE (the status when the lock is held), -q (no message
@@ -43,7 +45,8 @@
 //
 //	1   doctor: a feature named in --need is not safe
 //	64  usage error, including a name or --ttl the lock or lease refuses
-//	66  break: no lease of that name
+//	66  break: no lease of that name; leader: no leader, or no such live
+//	    candidate
 //	69  the database cannot be reached or refused an operation (with
 //	    --wait: once the wait ran out)
 //	70  the supervisor of the job (see below) was killed; CMD's status is
