@@ -4,6 +4,7 @@
 //	pglocks [-v] [--dsn URL] COMMAND …   (-v: log the library's events to stderr, Debug and up)
 //	pglocks --version | --help
 //	pglocks run [-n | -w SECONDS] [-E CODE] [-q] [--lease [--ttl D]] [--kill-after D] NAME -- CMD [ARGS…]
+//	pglocks run [-n | -w SECONDS] [-E CODE] [-q] (-s | --max N) NAME -- CMD [ARGS…]
 //	pglocks run --once-per PERIOD [--ttl D] [-E CODE] [-q] NAME -- CMD [ARGS…]
 //	pglocks status [--json] [NAME]
 //	pglocks key [--sql] NAME
