@@ -55,15 +55,6 @@ var (
 	// max_locks_per_transaction (a server restart) or fewer locks held.
 	ErrLockTableFull = errors.New("advisory: the server's lock table is full (raise max_locks_per_transaction, or hold fewer locks)")
 
-	// ErrTransactionPooling is returned by every session-lock operation of
-	// a [Locker] whose pool reaches PostgreSQL through a pooler in
-	// transaction or statement mode (PgBouncer pool_mode=transaction or
-	// statement, RDS Proxy, Supavisor on port 6543), found by a probe when the Locker opens a
-	// session: there a session lock would stay on whichever server session
-	// ran the statement, held for nobody, or be "released" on another. It
-	// is not retried. Use [XactLock] and its kin, or the lease package,
-	// behind such a pooler, or give the Locker a pool that reaches
-	// PostgreSQL directly or through a session-mode pooler.
 	// ErrLocksDoNotExclude is returned (wrapped with what the server did,
 	// at once, by every session-lock operation of a [Locker]) when the
 	// server's session advisory locks do not exclude across sessions: a
@@ -76,18 +67,33 @@ var (
 	// package on such a server, if its clock passes `pglocks doctor`.
 	ErrLocksDoNotExclude = errors.New("advisory: session locks refused: the server's advisory locks do not exclude across sessions")
 
+	// ErrTransactionPooling is returned by every session-lock operation of
+	// a [Locker] whose pool reaches PostgreSQL through a pooler in
+	// transaction or statement mode (PgBouncer pool_mode=transaction or
+	// statement, RDS Proxy, Supavisor on port 6543), found by a probe when the Locker opens a
+	// session: there a session lock would stay on whichever server session
+	// ran the statement, held for nobody, or be "released" on another. It
+	// is not retried. Use [XactLock] and its kin, or the lease package,
+	// behind such a pooler, or give the Locker a pool that reaches
+	// PostgreSQL directly or through a session-mode pooler.
 	ErrTransactionPooling = errors.New("advisory: session locks refused: the pool reaches PostgreSQL through a pooler in transaction or statement mode (use XactLock or leases, or a direct or session-mode connection)")
 )
 
-// opError says which operation on which key failed, and wraps why.
+// opError says which operation on what failed — a key, or what names a
+// set of keys or a semaphore when set — and wraps why.
 type opError struct {
-	op  string
-	key pglocks.Key
-	err error
+	op   string
+	key  pglocks.Key
+	what string
+	err  error
 }
 
 func (e *opError) Error() string {
-	return "advisory: " + e.op + " " + e.key.String() + ": " + strings.TrimPrefix(e.err.Error(), "advisory: ")
+	what := e.what
+	if what == "" {
+		what = e.key.String() // formatted only when the message is read
+	}
+	return "advisory: " + e.op + " " + what + ": " + strings.TrimPrefix(e.err.Error(), "advisory: ")
 }
 
 func (e *opError) Unwrap() error { return e.err }
@@ -97,6 +103,18 @@ func opErr(op string, key pglocks.Key, err error) error {
 		return nil
 	}
 	return &opError{op: op, key: key, err: nameCapacity(err)}
+}
+
+// opErrOn is opErr for a set of keys or a semaphore, named by what; with
+// what empty, the message names the operation only.
+func opErrOn(op, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if what == "" {
+		return fmt.Errorf("advisory: %s: %w", op, err)
+	}
+	return &opError{op: op, what: what, err: nameCapacity(err)}
 }
 
 // nameCapacity wraps an error that says the server's lock table is full
