@@ -85,15 +85,21 @@ var (
 	ErrLocksDoNotExclude = errors.New("advisory: session locks refused: the server's advisory locks do not exclude across sessions")
 )
 
-// opError says which operation on which key failed, and wraps why.
+// opError says which operation on what failed — a key, or what names a
+// set of keys or a semaphore when set — and wraps why.
 type opError struct {
-	op  string
-	key pglocks.Key
-	err error
+	op   string
+	key  pglocks.Key
+	what string
+	err  error
 }
 
 func (e *opError) Error() string {
-	return "advisory: " + e.op + " " + e.key.String() + ": " + strings.TrimPrefix(e.err.Error(), "advisory: ")
+	what := e.what
+	if what == "" {
+		what = e.key.String() // formatted only when the message is read
+	}
+	return "advisory: " + e.op + " " + what + ": " + strings.TrimPrefix(e.err.Error(), "advisory: ")
 }
 
 func (e *opError) Unwrap() error { return e.err }
@@ -103,6 +109,18 @@ func opErr(op string, key pglocks.Key, err error) error {
 		return nil
 	}
 	return &opError{op: op, key: key, err: nameCapacity(err)}
+}
+
+// opErrOn is opErr for a set of keys or a semaphore, named by what; with
+// what empty, the message names the operation only.
+func opErrOn(op, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if what == "" {
+		return fmt.Errorf("advisory: %s: %w", op, err)
+	}
+	return &opError{op: op, what: what, err: nameCapacity(err)}
 }
 
 // nameCapacity wraps an error that says the server's lock table is full

@@ -65,3 +65,41 @@ func TestOutageWarnsOnce(t *testing.T) {
 		t.Errorf("%d records at Warn or above, want 2: %v", len(w), w)
 	}
 }
+
+// TestInvalidInputStartsNoFailureRun: calls refused for their input (more
+// permits than the limit, TryLockAll of no keys, an invalid key) are not
+// failed acquires: no Warn, and no run of failures for the next
+// acquisition to end with a Warn that acquires succeed again.
+func TestInvalidInputStartsNoFailureRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec, log := logtest.New()
+	l := newLocker(t, b.pool, advisory.Config{Logger: log})
+	ctx := ctxT(t)
+	sem, err := l.Semaphore("exports", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx, 4); err == nil {
+		t.Fatal("TryAcquire of 4 permits of 3 succeeded")
+	}
+	if _, err := l.TryLockAll(ctx); err == nil {
+		t.Fatal("TryLockAll of no keys succeeded")
+	}
+	if _, err := l.TryLock(ctx, pglocks.Key{}); err == nil {
+		t.Fatal("TryLock of the zero Key succeeded")
+	}
+	lk, err := l.TryLock(ctx, pglocks.KeyOf("exports-other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Unlock(ctx) }()
+	if _, ok := rec.Wait(slog.LevelDebug, "advisory: acquired", 10*time.Second); !ok {
+		t.Fatal("no Debug record of the acquisition")
+	}
+	for _, r := range rec.Records() {
+		if r.Level >= slog.LevelWarn {
+			t.Errorf("record at %v: %v", r.Level, r)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,13 +49,12 @@ func (l *Locker) acquireAll(ctx context.Context, op string, keys []pglocks.Key, 
 	var first pglocks.Key
 	if len(sorted) > 0 {
 		first = sorted[0]
-		op = fmt.Sprintf("%s (%d keys, first)", op, len(sorted))
 	}
 	if err == nil {
 		err = l.check(ctx, first)
 	}
 	if err != nil {
-		return nil, opErr(op, first, err)
+		return nil, opErrOn(op, keysLabel(keys), err)
 	}
 	start := time.Now()
 	taken, err := l.runMulti(ctx, &multi{keys: sorted, need: len(sorted), label: first}, wait)
@@ -62,10 +62,34 @@ func (l *Locker) acquireAll(ctx context.Context, op string, keys []pglocks.Key, 
 	if len(taken) > 0 {
 		lk = taken[0]
 	}
-	if _, err = l.observeAcquire(first, false, wait, start, lk, opErr(op, first, err)); err != nil {
+	if err != nil {
+		err = opErrOn(op, keysLabel(keys), err) // which key was busy is not known
+	}
+	if _, err = l.observeAcquire(first, false, wait, start, lk, err); err != nil {
 		return nil, err
 	}
 	return newLocks(taken), nil
+}
+
+// keysLabel names a set of keys in an error: how many, and the first
+// three in the caller's order ("" for none).
+func keysLabel(keys []pglocks.Key) string {
+	const show = 3
+	if len(keys) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, show+1)
+	for _, k := range keys[:min(len(keys), show)] {
+		parts = append(parts, k.String())
+	}
+	if len(keys) > show {
+		parts = append(parts, fmt.Sprintf("and %d more", len(keys)-show))
+	}
+	noun := "keys"
+	if len(keys) == 1 {
+		noun = "key"
+	}
+	return fmt.Sprintf("of %d %s (%s)", len(keys), noun, strings.Join(parts, ", "))
 }
 
 // runMulti tries m until it takes its keys or decide says to return.

@@ -111,7 +111,7 @@ func TestLockAllBadInput(t *testing.T) {
 		keys []pglocks.Key
 		want string
 	}{
-		"Empty":     {ctx, nil, "no keys"},
+		"Empty":     {ctx, nil, "lockall: no keys"},
 		"Duplicate": {ctx, []pglocks.Key{pglocks.KeyOf("d"), pglocks.Int64Key(1), pglocks.KeyOf("d")}, "duplicate key"},
 		"TooMany":   {ctx, many, "more than MaxKeys"},
 		"ZeroKey":   {ctx, []pglocks.Key{pglocks.Int64Key(1), {}}, "key 1"},
@@ -128,6 +128,9 @@ func TestLockAllBadInput(t *testing.T) {
 				}
 				if err == nil || !strings.Contains(err.Error(), c.want) {
 					t.Fatalf("wait=%v: %v, want an error saying %q", wait, err, c.want)
+				}
+				if name == "Empty" && strings.Contains(err.Error(), "Key(invalid)") {
+					t.Errorf("wait=%v: %v names a key, though none was given", wait, err)
 				}
 			}
 		})

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // observeAcquire logs and reports the end of an acquire call that started
 // at start, and returns its result unchanged. A failed call is logged at
 // Warn only when it begins a run of failures, and the acquisition that
 // ends the run at Warn too (see internal/failrun and Config.Logger); the
-// others at Debug. The report is queued after the hold's Start (see [events]) and
+// others at Debug; a call refused for the caller's input
+// (outcome.Invalid) at Debug, outside any run. The report is queued after the hold's Start (see [events]) and
 // delivered before the call returns unless another goroutine is
 // delivering; no lock is held.
 func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.Time, lk *Lock, err error) (*Lock, error) {
@@ -24,7 +26,9 @@ func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.T
 	var failing time.Duration
 	switch res {
 	case pglocks.ResultError:
-		level = l.fails.Fail(time.Now())
+		if !outcome.Invalid(err) {
+			level = l.fails.Fail(time.Now())
+		}
 	case pglocks.ResultAcquired:
 		var ended bool
 		if failures, failing, ended = l.fails.Succeed(time.Now); ended {
@@ -52,7 +56,9 @@ func (l *Locker) observeAcquire(key pglocks.Key, shared, wait bool, start time.T
 			log.Debug("advisory: busy", "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)
 		default:
 			msg := "advisory: acquire failed"
-			if level >= slog.LevelWarn {
+			if outcome.Invalid(err) {
+				msg = "advisory: acquire refused: invalid input"
+			} else if level >= slog.LevelWarn {
 				msg += "; further failures are logged at Debug until an acquire succeeds"
 			}
 			log.Log(context.Background(), level, msg, "key", key.String(), "shared", shared, "wait", wait, "elapsed", elapsed, "err", err)

@@ -141,8 +141,9 @@ func (sem *Semaphore) unusable() error {
 // TryAcquire takes n permits, all or none, if n slots are free, in one
 // statement on one session (one permit: one statement per 4 free slots of
 // this process tried, while they are busy elsewhere), and fails with an
-// error wrapping [ErrLocked]
-// otherwise — also while a [Semaphore.Acquire] of more than one permit
+// error wrapping [ErrLocked] otherwise (`advisory: semaphore "exports":
+// no permit of 3 free`; a failed try learns no count: [Semaphore.Count]
+// reads it) — also while a [Semaphore.Acquire] of more than one permit
 // gathers (it holds the turnstile), so that a stream of tries does not
 // starve it. n must be 1 to the handle's limit. A failed try leaves
 // nothing held. Other errors as for [Locker.TryLock].
@@ -168,19 +169,19 @@ func (sem *Semaphore) acquire(ctx context.Context, op string, n int, wait bool) 
 	if err := sem.unusable(); err != nil {
 		return nil, fmt.Errorf("advisory: semaphore %s: %w", op, err)
 	}
-	op = fmt.Sprintf("semaphore %s %d", op, n)
+	what := fmt.Sprintf("%q %s %d", sem.name, op, n)
 	m, bySlot, err := sem.plan(n)
 	if err == nil {
 		err = sem.l.check(ctx, sem.label)
 	}
 	if err != nil {
-		return nil, opErr(op, sem.label, err)
+		return nil, opErrOn("semaphore", what, err)
 	}
 	start := time.Now()
 	var gate *Lock
 	if wait && n > 1 {
 		if gate, err = sem.l.Lock(ctx, sem.turnstile); err != nil {
-			return nil, opErr(op, sem.label, fmt.Errorf("turnstile: %w", err))
+			return nil, opErrOn("semaphore", what, fmt.Errorf("turnstile: %w", err))
 		}
 		m.turnstile = pglocks.Key{}
 	}
@@ -194,7 +195,13 @@ func (sem *Semaphore) acquire(ctx context.Context, op string, n int, wait bool) 
 	if len(taken) > 0 {
 		lk = taken[0]
 	}
-	if _, err = sem.l.observeAcquire(sem.label, false, wait, start, lk, opErr(op, sem.label, err)); err != nil {
+	switch {
+	case err == ErrLocked: // a try found too few free: say so as the semaphore's
+		err = opErrOn("semaphore", strconv.Quote(sem.name), &semBusyError{want: n, limit: len(m.keys)})
+	case err != nil:
+		err = opErrOn("semaphore", what, err)
+	}
+	if _, err = sem.l.observeAcquire(sem.label, false, wait, start, lk, err); err != nil {
 		return nil, err
 	}
 	slots := make([]int, len(taken))
@@ -203,6 +210,22 @@ func (sem *Semaphore) acquire(ctx context.Context, op string, n int, wait bool) 
 	}
 	return &Permits{sem: sem, locks: newLocks(taken), slots: slots}, nil
 }
+
+// semBusyError is why a [Semaphore.TryAcquire] took nothing: fewer than
+// want of the limit's permits were free to it — held, or kept for a
+// waiter for several that holds the turnstile. Advisory locks tell a
+// failed try no more: how many are held takes a read of pg_locks
+// ([Semaphore.Count]).
+type semBusyError struct{ want, limit int }
+
+func (e *semBusyError) Error() string {
+	if e.want == 1 {
+		return fmt.Sprintf("no permit of %d free", e.limit)
+	}
+	return fmt.Sprintf("fewer than %d of %d permits free", e.want, e.limit)
+}
+
+func (e *semBusyError) Unwrap() error { return ErrLocked }
 
 // plan returns the multi that takes n of the slots below the limit, from
 // a random one on (so that takers spread over the slots), and each slot

@@ -293,3 +293,43 @@ func TestSemaphoreObserved(t *testing.T) {
 	}
 	waitFor(t, "the permits' ends observed", 30*time.Second, func() bool { h, _ := count(); return h == 0 })
 }
+
+// TestBusyMessages: a busy semaphore try names the semaphore and its
+// permits, not its slot key; a busy TryLockAll names its keys, not a
+// "first" one that may not be the busy one.
+func TestBusyMessages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other := newLocker(t, b.pool, advisory.Config{ApplicationName: b.app})
+	ctx := ctxT(t)
+	sem, err := b.locker.Semaphore("exports", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.TryAcquire(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Release(ctx) }()
+	sem2, err := other.Semaphore("exports", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[int]string{1: `advisory: semaphore "exports": no permit of 3 free`,
+		2: `advisory: semaphore "exports": fewer than 2 of 3 permits free`} {
+		if _, err := sem2.TryAcquire(ctx, n); !errors.Is(err, advisory.ErrLocked) || err.Error() != want {
+			t.Errorf("TryAcquire(%d) = %v, want ErrLocked saying %q", n, err, want)
+		}
+	}
+	a, bk := pglocks.KeyOf("account:A"), pglocks.KeyOf("account:B")
+	lk, err := other.TryLock(ctx, bk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Unlock(ctx) }()
+	_, err = b.locker.TryLockAll(ctx, bk, a)
+	want := "advisory: trylockall of 2 keys (" + bk.String() + ", " + a.String() + "): locked by another holder"
+	if !errors.Is(err, advisory.ErrLocked) || err.Error() != want {
+		t.Errorf("TryLockAll = %v, want ErrLocked saying %q", err, want)
+	}
+}

@@ -137,7 +137,9 @@ type Config struct {
 	// call that ends the run at Warn ("lease: acquire succeeded again",
 	// "lease: renew succeeded again", with the number of failures and how
 	// long they lasted), so that calls looping through an outage log two
-	// warnings, not thousands a second. Default: slog.Default(), Warn
+	// warnings, not thousands a second. A call refused for its input (n
+	// above a semaphore's stored limit) is logged at Debug and is no
+	// failure of a run. Default: slog.Default(), Warn
 	// and above only — failures and losses reach a program that
 	// configured nothing, routine events do not; give
 	// slog.New(slog.DiscardHandler) for silence.

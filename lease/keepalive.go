@@ -96,8 +96,10 @@ func (l *Lease) notHeld(op string) {
 // (or panics) — also when ctx is cancelled, on a context detached from ctx
 // and bounded by ttl. It returns fn's error; if the lease was lost while fn
 // ran, the error also wraps [ErrLost], since fn may then not have been
-// alone. A release that could not be sent is not Do's error: the Lease
-// has ended all the same, and the release goes on in the background (see
+// alone: one error, on one line, that says the loss first and wraps
+// both (errors.Is finds fn's error and ErrLost, ErrMaxHold, …). A
+// release that could not be sent is not Do's error: the Lease has ended
+// all the same, and the release goes on in the background (see
 // [Lease.Release]; the store logs it at Warn), so nothing keeps the name.
 func (s *Store) Do(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
@@ -120,11 +122,25 @@ func (s *Store) Do(ctx context.Context, name string, ttl time.Duration, fn func(
 		case errors.Is(rerr, ErrReleased):
 			rerr = nil // not sent: it goes on in the background
 		}
-		err = errors.Join(err, rerr)
+		err = joinLoss(err, rerr)
 	}()
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
 	defer stop()
 	return fn(fctx)
+}
+
+// joinLoss is Do's error: fn's error err and the lease's end rerr (its
+// loss, or a failed release), either of them nil, or one error wrapping
+// both — the end first, as fn's error is often only its consequence (a
+// cancelled context).
+func joinLoss(err, rerr error) error {
+	switch {
+	case rerr == nil:
+		return err
+	case err == nil:
+		return rerr
+	}
+	return fmt.Errorf("%w (fn returned: %w)", rerr, err)
 }

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -64,5 +65,42 @@ func TestFailingAcquiresWarnOnce(t *testing.T) {
 	}
 	if w := warns(); len(w) != 2 {
 		t.Errorf("%d records at Warn or above, want 2", len(w))
+	}
+}
+
+// TestInvalidInputStartsNoFailureRun: a semaphore try for more permits
+// than the stored limit is the caller's error: it is logged at Debug, not
+// as a failed acquire, and begins no run of failures, so the next
+// acquisition (of another name) logs no Warn that acquires succeed again.
+func TestInvalidInputStartsNoFailureRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec, log := logtest.New()
+	s := newStore(t, b.pool, lease.Config{Logger: log})
+	ctx := ctxT(t)
+	sem, err := s.Semaphore("catalog", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wait := range []bool{false, true} {
+		var err error
+		if wait {
+			_, err = sem.Acquire(ctx, 4, time.Minute)
+		} else {
+			_, err = sem.TryAcquire(ctx, 4, time.Minute)
+		}
+		if !errors.Is(err, lease.ErrInvalidPermits) {
+			t.Fatalf("4 permits of 3 (wait %v): %v, want ErrInvalidPermits", wait, err)
+		}
+	}
+	l := mustTry(t, s, "catalog-other", time.Minute)
+	defer func() { _ = l.Release(ctx) }()
+	if _, ok := rec.Wait(slog.LevelDebug, "lease: acquired", 10*time.Second); !ok {
+		t.Fatal("no Debug record of the acquisition")
+	}
+	for _, r := range rec.Records() {
+		if r.Level >= slog.LevelWarn {
+			t.Errorf("record at %v: %v", r.Level, r)
+		}
 	}
 }

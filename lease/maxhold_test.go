@@ -73,8 +73,11 @@ func TestMaxHoldDo(t *testing.T) {
 		}
 		return ctx.Err()
 	}, lease.WithMaxHold(500*time.Millisecond))
-	if !errors.Is(err, lease.ErrMaxHold) {
-		t.Fatalf("Do: %v, want ErrMaxHold", err)
+	if !errors.Is(err, lease.ErrMaxHold) || !errors.Is(err, lease.ErrLost) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do: %v, want ErrMaxHold, ErrLost and fn's context.Canceled", err)
+	}
+	if strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "lease: lost") {
+		t.Errorf("Do: %q, want one line that starts with the loss", err)
 	}
 	if held, err := b.store.IsHeld(ctx, "nightly"); err != nil || held {
 		t.Fatalf("held %v, %v after Do returned", held, err)

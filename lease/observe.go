@@ -7,13 +7,17 @@ import (
 	"time"
 
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/outcome"
 )
 
 // observeAcquire logs and reports the end of an acquire call that started
 // at start (a reading of Config.Now), and returns its result unchanged. A
 // failed call is logged at Warn only when it begins a run of failures,
 // and the acquisition that ends the run at Warn too (see internal/failrun
-// and Config.Logger); the others at Debug.
+// and Config.Logger); the others at Debug. A call refused for the
+// caller's input (outcome.Invalid: n above a semaphore's stored limit)
+// is logged at Debug and neither begins nor ends a run: it says nothing
+// about the server.
 func (s *Store) observeAcquire(name string, wait bool, start time.Time, l *Lease, err error) (*Lease, error) {
 	now := s.cfg.Now()
 	elapsed := now.Sub(start)
@@ -29,6 +33,8 @@ func (s *Store) observeAcquire(name string, wait bool, start time.Time, l *Lease
 	case errors.Is(err, ErrHeld), wait && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		res = pglocks.ResultBusy
 		s.cfg.Logger.Debug("lease: busy", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
+	case outcome.Invalid(err):
+		s.cfg.Logger.Debug("lease: acquire refused: invalid input", "lease", short(name), "wait", wait, "err", err)
 	default:
 		level, msg := s.acquireFails.Fail(now), "lease: acquire failed"
 		if level >= slog.LevelWarn {

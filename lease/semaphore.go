@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,6 +52,7 @@ type FullError struct {
 	Locked int
 
 	slots int // slot rows that may be held: the highest limit set
+	asked int // the limit the Semaphore was given (made with, or SetLimit), if not Limit
 }
 
 // Error describes the semaphore's state.
@@ -65,7 +67,16 @@ func (e *FullError) Error() string {
 	if e.Reserved > 0 {
 		msg += fmt.Sprintf(", %d reserved by a waiter's turn", e.Reserved)
 	}
+	if e.asked != 0 {
+		msg += fmt.Sprintf(" (%s)", limitNote(e.Limit, e.asked))
+	}
 	return msg
+}
+
+// limitNote says that the stored limit, not the one a Semaphore was made
+// with, is in force, and how to change it.
+func limitNote(stored, asked int) string {
+	return fmt.Sprintf("the limit stored in the table is %d, not the %d this Semaphore was given: Semaphore.SetLimit changes it", stored, asked)
 }
 
 // Is reports whether target is [ErrHeld].
@@ -86,6 +97,9 @@ type Semaphore struct {
 	name  string
 	limit int // until one is stored
 
+	set  atomic.Int64 // the limit this Semaphore last stored (SetLimit); 0: none
+	told atomic.Bool  // the Logger was told that the stored limit differs
+
 	slotsOnce sync.Once
 	slots     []string // every slot name up to MaxSemaphoreLimit
 }
@@ -93,8 +107,12 @@ type Semaphore struct {
 // Semaphore returns the semaphore name of the store with limit, the limit
 // used until one is stored in the database: the first acquisition stores
 // it, [Semaphore.SetLimit] changes it, and from then on every process
-// uses the stored limit, whatever it passed here. It does not touch the
-// database. name must be a valid lease name short enough for its slot
+// uses the stored limit, whatever it passed here. So a deploy that
+// raises the number in its code changes nothing: Semaphore(name, 5) after
+// 3 was stored grants 3 permits (a [*FullError] names both numbers, and
+// the store's Logger says so at Info, once per Semaphore); call SetLimit
+// to change it. (An advisory Semaphore has no table: there the largest
+// limit in use bounds the count.) It does not touch the database. name must be a valid lease name short enough for its slot
 // names ("<name>#limit" at most [MaxNameLen] bytes); limit in [1,
 // [MaxSemaphoreLimit]].
 func (s *Store) Semaphore(name string, limit int) (*Semaphore, error) {
@@ -204,7 +222,7 @@ func (m *Semaphore) try(ctx context.Context, n int, ttl time.Duration, o options
 	case err != nil:
 		return nil, nil, err
 	case res.full != nil && res.full.Want > res.full.Limit:
-		return nil, res.full, outcome.MarkFatal(fmt.Errorf("%w: n = %d is above the semaphore's limit %d", ErrInvalidPermits, n, res.full.Limit))
+		return nil, res.full, outcome.MarkInvalid(fmt.Errorf("%w: n = %d is above the semaphore's limit %d", ErrInvalidPermits, n, res.full.Limit))
 	case res.full != nil:
 		return nil, res.full, res.full
 	case res.lostFull != nil:
@@ -235,11 +253,30 @@ func (m *Semaphore) scan(rows pgx.Rows, n int) (multiResult, error) {
 			res.taken = append(res.taken, taken{name: *name, token: *token, expiresAt: *exp, lag: d})
 		case "f":
 			res.full = &FullError{Name: m.name, Want: n, Held: held, Limit: lim, Reserved: reserved, ExpiresIn: d, slots: slotsNo}
+			m.noteLimit(res.full)
 		default: // a lost race; us is the number of free slot rows it could not lock
 			res.lostFull = &FullError{Name: m.name, Want: n, Held: held, Limit: lim, Reserved: reserved, Locked: max(int(us), 1), slots: slotsNo}
+			m.noteLimit(res.lostFull)
 		}
 	}
 	return res, rows.Err()
+}
+
+// noteLimit marks full with the limit m was made with when the stored
+// limit differs, and tells the Logger so at Info, once per Semaphore.
+func (m *Semaphore) noteLimit(full *FullError) {
+	asked := m.limit
+	if set := m.set.Load(); set != 0 {
+		asked = int(set)
+	}
+	if full.Limit == asked || full.Limit <= 0 {
+		return
+	}
+	full.asked = asked
+	if !m.told.Swap(true) {
+		m.s.cfg.Logger.Info("lease: semaphore: "+limitNote(full.Limit, asked), "semaphore", short(m.name),
+			"stored_limit", full.Limit, "limit", asked)
+	}
 }
 
 // slot is the lease name of permit i.

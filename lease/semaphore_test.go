@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"github.com/pglocks/pglocks/internal/logtest"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +177,56 @@ func TestSemaphoreNoStarvation(t *testing.T) {
 	}
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreStoredLimitSaysSo: Semaphore(name, 5) after 3 was stored
+// grants 3; its FullError names both limits and SetLimit, and the Logger
+// hears it once at Info; after SetLimit(5) the handle grants 5.
+func TestSemaphoreStoredLimitSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	three, err := b.store.Semaphore("exports", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := three.TryAcquire(ctx, 3, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Release(ctx) }()
+	rec, log := logtest.New()
+	five, err := newStore(t, b.pool, lease.Config{Logger: log}).Semaphore("exports", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_, err = five.TryAcquire(ctx, 1, time.Minute)
+		var full *lease.FullError
+		if !errors.As(err, &full) || full.Limit != 3 ||
+			!strings.Contains(err.Error(), "the limit stored in the table is 3, not the 5 this Semaphore was given: Semaphore.SetLimit changes it") {
+			t.Fatalf("TryAcquire on a stored limit of 3 made with 5: %v", err)
+		}
+	}
+	var infos int
+	for _, r := range rec.Records() {
+		if r.Level == slog.LevelInfo && strings.Contains(r.Msg, "stored in the table is 3") {
+			infos++
+		}
+	}
+	if infos != 1 {
+		t.Errorf("%d Info records of the stored limit, want 1: %v", infos, rec.Records())
+	}
+	if err := five.SetLimit(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	q, err := five.TryAcquire(ctx, 2, time.Minute)
+	if err != nil {
+		t.Fatalf("after SetLimit(5), 2 more permits: %v", err)
+	}
+	defer func() { _ = q.Release(ctx) }()
+	if _, err := five.TryAcquire(ctx, 1, time.Minute); err == nil || strings.Contains(err.Error(), "stored in the table") {
+		t.Errorf("full at the limit it set: %v, want a FullError without the note", err)
 	}
 }

@@ -137,6 +137,7 @@ func (m *Semaphore) SetLimit(ctx context.Context, limit int) error {
 	if err != nil {
 		return fmt.Errorf("semaphore %q: set limit: %w", short(m.name), err)
 	}
+	m.set.Store(int64(limit))
 	return nil
 }
 

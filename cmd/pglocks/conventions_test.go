@@ -59,6 +59,11 @@ func TestConventions(t *testing.T) {
 		{"DSNBeforeCommand", cli{t: t}, []string{"--dsn", c.dsn, "run", "free", "--", "echo", "ran"}, 0, "ran", ""},
 		{"DSNBeforeCommandWins", cli{t: t, dsn: unreachable}, []string{"--dsn=" + c.dsn, "run", "free", "--", "true"}, 0, "", ""},
 		{"Version", cli{t: t}, []string{"--version"}, 0, "pglocks ", ""},
+		{"LeaderFlagAfterName", c, []string{"leader", "handover", "cli", "--to", "two"}, 64, "", "flag --to after NAME: flags come before NAME"},
+		{"StatusFlagAfterName", c, []string{"status", "x", "--json"}, 64, "", "flag --json after NAME"},
+		{"RunFlagAfterName", c, []string{"run", "x", "--lease", "--", "true"}, 64, "", "flag --lease after NAME"},
+		{"RunFlagsOfCMDAreCMDs", c, []string{"run", "free", "--", "echo", "--lease"}, 0, "--lease", ""},
+		{"LeaderNoLeader", c, []string{"leader", "resign", "--wait", "1s", "nobody"}, 66, "", "no leader"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,10 +22,12 @@ const usage = `usage: pglocks [-v] [--dsn URL] COMMAND [FLAGS] ...
   pglocks key [--sql] NAME
   pglocks migrate [--schema S] [--table T] [--run-table T]
   pglocks break NAME
-  pglocks leader resign NAME | pglocks leader handover [--to ID] NAME
+  pglocks leader resign [--wait D] NAME
+  pglocks leader handover [--to ID] [--wait D] NAME
   pglocks doctor [--need FEATURES] [--schema S] [--table T] [--run-table T]
--v logs the library's events to stderr. The database is --dsn (before or
-after COMMAND), else DATABASE_URL, else libpq's PG* variables.
+Flags come before NAME. -v logs the library's events to stderr. The
+database is --dsn (before or after COMMAND), else DATABASE_URL, else
+libpq's PG* variables.
 "pglocks COMMAND --help" tells more.
 `
 
@@ -133,6 +135,27 @@ func parse(fs *flag.FlagSet, args []string) error {
 	case err != nil:
 		return fail(exitUsage, "%s: %s (see %s --help)", strings.TrimPrefix(fs.Name(), "pglocks "),
 			strings.TrimSpace(msg.String()), fs.Name())
+	}
+	if i := len(args) - fs.NArg(); i > 0 && args[i-1] == "--" {
+		return nil // "--" ended the flags: what follows is not one
+	}
+	return lateFlag(fs)
+}
+
+// lateFlag returns a usage error naming a flag of fs given after the
+// first argument that is not a flag (NAME), before any "--": flags come
+// before NAME, as in every command, and the flag package would otherwise
+// take it for a second NAME.
+func lateFlag(fs *flag.FlagSet) error {
+	for _, a := range fs.Args() {
+		if a == "--" {
+			return nil
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name != "" && fs.Lookup(name) != nil {
+			return fail(exitUsage, "%s: flag %s after NAME: flags come before NAME (see %s --help)",
+				strings.TrimPrefix(fs.Name(), "pglocks "), a, fs.Name())
+		}
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 // cmdLeader asks the leader of an election, in whatever process it runs,
 // to resign or to hand its term over, and prints the next leader.
 func cmdLeader(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const use = "usage: pglocks leader resign NAME | pglocks leader handover [--to ID] NAME"
+	const use = "usage: pglocks leader resign [--wait D] NAME | pglocks leader handover [--to ID] [--wait D] NAME"
 	if len(args) == 0 || (args[0] != "resign" && args[0] != "handover") {
 		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
 			fmt.Fprint(stdout, helps["leader"], exitTable)

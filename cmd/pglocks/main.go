@@ -4,15 +4,18 @@
 //	pglocks [-v] [--dsn URL] COMMAND …   (-v: log the library's events to stderr, Debug and up)
 //	pglocks --version | --help
 //	pglocks run [-n | -w SECONDS] [-E CODE] [-q] [--lease [--ttl D]] [--kill-after D] NAME -- CMD [ARGS…]
+//	pglocks run [-n | -w SECONDS] [-E CODE] [-q] (-s | --max N) NAME -- CMD [ARGS…]
 //	pglocks run --once-per PERIOD [--ttl D] [-E CODE] [-q] NAME -- CMD [ARGS…]
 //	pglocks status [--json] [NAME]
 //	pglocks key [--sql] NAME
 //	pglocks migrate [--schema S] [--table T] [--run-table T]
 //	pglocks break NAME
+//	pglocks leader resign [--wait D] NAME
+//	pglocks leader handover [--to ID] [--wait D] NAME
 //	pglocks doctor [--need FEATURES] [--schema S] [--table T] [--run-table T]
 //
-// Every --help prints the command's synopsis, its flags and the table of
-// exit statuses to stdout. run follows flock(1)'s conventions: -n (fail
+// Flags come before NAME. Every --help prints the command's synopsis, its
+// flags and the table of exit statuses to stdout. run follows flock(1)'s conventions: -n (fail
 // at once when the lock is held: the default), -w SECONDS (plain seconds
 // or a duration; an outage of the database is waited through up to the
 // bound), -E CODE (the status when the lock is held), -q (no message
@@ -43,7 +46,8 @@
 //
 //	1   doctor: a feature named in --need is not safe
 //	64  usage error, including a name or --ttl the lock or lease refuses
-//	66  break: no lease of that name
+//	66  break: no lease of that name; leader: no leader, or no such live
+//	    candidate
 //	69  the database cannot be reached or refused an operation (with
 //	    --wait: once the wait ran out)
 //	70  the supervisor of the job (see below) was killed; CMD's status is

@@ -271,6 +271,12 @@ func TestStatus(t *testing.T) {
 	if !strings.Contains(text, key) || !strings.Contains(text, "pglocks run") || strings.Contains(text, "invoice:7") {
 		t.Errorf("status report:monthly:\n%s", text)
 	}
+	all, _, _ := c.run("status")
+	for line := range strings.Lines(text + all) {
+		if strings.HasSuffix(strings.TrimSuffix(line, "\n"), " ") {
+			t.Errorf("status line ends in spaces: %q", line)
+		}
+	}
 	lock.stdin.Close()
 	ls.stdin.Close()
 	lock.wait(t)

@@ -44,8 +44,8 @@ func printSemaphore(tw io.Writer, sem *semaphoreRow) {
 	if sem == nil {
 		return
 	}
-	fmt.Fprintf(tw, "SEMAPHORE %s\t\n", sem.Name)
-	fmt.Fprintf(tw, "  %d permits held\t\n", sem.Held)
+	fmt.Fprintf(tw, "SEMAPHORE %s\n", sem.Name)
+	fmt.Fprintf(tw, "  %d permits held\n", sem.Held)
 	fmt.Fprintln(tw, "  SLOT\tBACKEND PID\tAPPLICATION\tCLIENT")
 	for _, p := range sem.Permits {
 		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\n", p.Slot, p.PID, p.ApplicationName, p.ClientAddr)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -269,12 +270,20 @@ func readAdvisory(ctx context.Context, pool *pgxpool.Pool, names map[int64]strin
 	})
 }
 
+// printStatus prints st as aligned sections; no line ends in spaces
+// (tabwriter pads a cell that an empty last one follows).
 func printStatus(w io.Writer, st status) {
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	defer tw.Flush()
-	fmt.Fprintln(tw, "ADVISORY LOCKS\t")
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 2, 4, 2, ' ', 0)
+	defer func() {
+		_ = tw.Flush()
+		for line := range strings.Lines(buf.String()) {
+			fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+		}
+	}()
+	fmt.Fprintln(tw, "ADVISORY LOCKS")
 	if len(st.Advisory) == 0 {
-		fmt.Fprintln(tw, "  (none)\t")
+		fmt.Fprintln(tw, "  (none)")
 	} else {
 		fmt.Fprintln(tw, "  KEY\tNAME\tBACKEND PID\tAPPLICATION\tCLIENT\tMODE\tSTATE\tSINCE")
 		for _, a := range st.Advisory {
@@ -287,11 +296,11 @@ func printStatus(w io.Writer, st status) {
 		}
 	}
 	printSemaphore(tw, st.Semaphore)
-	fmt.Fprintln(tw, "LEASES\t")
+	fmt.Fprintln(tw, "LEASES")
 	if slices.ContainsFunc(st.Missing, func(m string) bool { return strings.HasPrefix(m, "no lease table") }) {
-		fmt.Fprintln(tw, "  no lease table (run pglocks migrate)\t")
+		fmt.Fprintln(tw, "  no lease table (run pglocks migrate)")
 	} else if len(st.Leases) == 0 {
-		fmt.Fprintln(tw, "  (none)\t")
+		fmt.Fprintln(tw, "  (none)")
 	} else {
 		fmt.Fprintln(tw, "  NAME\tSTATE\tOWNER\tTOKEN\tEXPIRES IN\tHOST\tHOLDER PID")
 		for _, l := range st.Leases {
@@ -299,18 +308,18 @@ func printStatus(w io.Writer, st status) {
 				l.ExpiresIn.Round(time.Millisecond), l.Host, l.PID)
 		}
 	}
-	fmt.Fprintln(tw, "LEADERS\t")
+	fmt.Fprintln(tw, "LEADERS")
 	if len(st.Leaders) == 0 {
-		fmt.Fprintln(tw, "  (none)\t")
+		fmt.Fprintln(tw, "  (none)")
 	} else {
 		fmt.Fprintln(tw, "  ELECTION\tSTATE\tLEADER\tTERM\tEXPIRES IN")
 		for _, l := range st.Leaders {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", l.Election, heldWord(l.Held), l.Identity, l.Term, l.ExpiresIn.Round(time.Millisecond))
 		}
 	}
-	fmt.Fprintln(tw, "CANDIDATES\t")
+	fmt.Fprintln(tw, "CANDIDATES")
 	if len(st.Candidates) == 0 {
-		fmt.Fprintln(tw, "  (none)\t")
+		fmt.Fprintln(tw, "  (none)")
 	} else {
 		fmt.Fprintln(tw, "  ELECTION\tIDENTITY\tVALUE\tJOINED\tLAST SEEN\tHOST\tPID")
 		for _, c := range st.Candidates {
@@ -323,12 +332,12 @@ func printStatus(w io.Writer, st status) {
 
 // printRuns prints the scheduled jobs' recent runs.
 func printRuns(tw io.Writer, st status) {
-	fmt.Fprintln(tw, "SCHEDULED RUNS\t")
+	fmt.Fprintln(tw, "SCHEDULED RUNS")
 	switch {
 	case slices.ContainsFunc(st.Missing, func(m string) bool { return strings.HasPrefix(m, "no run table") }):
-		fmt.Fprintln(tw, "  no run table (run pglocks migrate)\t")
+		fmt.Fprintln(tw, "  no run table (run pglocks migrate)")
 	case len(st.Runs) == 0:
-		fmt.Fprintln(tw, "  (none)\t")
+		fmt.Fprintln(tw, "  (none)")
 	default:
 		fmt.Fprintln(tw, "  JOB\tSLOT\tOUTCOME\tTOKEN\tHOST\tHOLDER PID\tSTART\tEND")
 		for _, r := range st.Runs {

@@ -25,6 +25,8 @@
 //	  startup, authentication)             cause    cause decides (auth: Fatal)
 //	puddle.ErrClosedPool ("closed pool")   Fatal    the caller's pool is closed
 //	errors marked with [MarkFatal]         Fatal    e.g. a package's ErrClosed
+//	errors marked with [MarkInvalid]       Fatal    the caller's input is bad
+//	                                                 ([Invalid] reports them)
 //	errors marked with [MarkNotSent]       Retry    never sent (a caller gave up
 //	  that would be Unknown                          while its request waited in
 //	                                                 a local queue)
@@ -118,6 +120,33 @@ func MarkFatal(err error) error {
 		return nil
 	}
 	return fatalMark{err}
+}
+
+// invalidMark wraps an error about the caller's input.
+type invalidMark struct{ err error }
+
+func (m invalidMark) Error() string { return m.err.Error() }
+func (m invalidMark) Unwrap() error { return m.err }
+
+// MarkInvalid returns err marked as the caller's error — bad input (a
+// permit count above the semaphore's limit, say), found before the
+// request was sent or refused by the server for what was asked — for
+// [Of] (Fatal) and [Invalid]; errors.Is and errors.As see err unchanged.
+func MarkInvalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fatalMark{invalidMark{err}}
+}
+
+// Invalid reports whether err was marked with [MarkInvalid]: the call
+// failed because of what the caller asked, not because of the server or
+// the network. Such a failure says nothing about the health of the
+// calls, so observers do not count it in a run of failures (see
+// internal/failrun) nor log it as one.
+func Invalid(err error) bool {
+	var m invalidMark
+	return errors.As(err, &m)
 }
 
 // notSentMark wraps an error of a request that was never sent.

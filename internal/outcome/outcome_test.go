@@ -177,6 +177,7 @@ func TestOfRealErrors(t *testing.T) {
 			return err
 		}},
 		{"MarkedFatal", outcome.Fatal, "", func(env) error { return fmt.Errorf("op: %w", outcome.MarkFatal(errors.New("closed"))) }},
+		{"MarkedInvalid", outcome.Fatal, "", func(env) error { return fmt.Errorf("op: %w", outcome.MarkInvalid(errors.New("n > limit"))) }},
 		{"NotSentContext", outcome.Retry, "", func(env) error {
 			return fmt.Errorf("op: %w", outcome.MarkNotSent(fmt.Errorf("queued: %w", context.Canceled)))
 		}},
@@ -309,5 +310,27 @@ func TestLockTableFull(t *testing.T) {
 		if outcome.LockTableFull(err) {
 			t.Errorf("LockTableFull(%v) = true", err)
 		}
+	}
+}
+
+// TestInvalid: only an error marked with MarkInvalid, however wrapped, is
+// Invalid; the mark keeps errors.Is and the message, and is Fatal.
+func TestInvalid(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("n = 4 is above the limit 3")
+	err := fmt.Errorf("op: %w", outcome.MarkInvalid(cause))
+	if !outcome.Invalid(err) || !errors.Is(err, cause) || err.Error() != "op: n = 4 is above the limit 3" {
+		t.Errorf("marked: Invalid %v, errors.Is %v, message %q", outcome.Invalid(err), errors.Is(err, cause), err)
+	}
+	if outcome.Of(err) != outcome.Fatal {
+		t.Errorf("Of = %v, want fatal", outcome.Of(err))
+	}
+	for _, e := range []error{nil, cause, outcome.MarkFatal(cause), outcome.MarkNotSent(cause)} {
+		if outcome.Invalid(e) {
+			t.Errorf("Invalid(%v) = true, want false", e)
+		}
+	}
+	if outcome.MarkInvalid(nil) != nil {
+		t.Error("MarkInvalid(nil) != nil")
 	}
 }
