@@ -137,7 +137,7 @@ func (c *cluster) afterRun(rc runConfig) []string {
 	for {
 		var held, locks, sessions int
 		err := c.admin.QueryRow(ctx, `select
-			(select count(*) from pglocks_leases where owner is not null and expires_at > now()),
+			(select count(*) from pglocks_leases where owner is not null and owner <> '00000000-0000-0000-0000-000000000000' and expires_at > now()), -- a semaphore's limit row is held by the nil owner
 			(select count(*) from pg_locks where locktype = 'advisory'
 				and database = (select oid from pg_database where datname = current_database())),
 			(select count(*) from pg_stat_activity where datname = current_database() and application_name <> $1)`,

@@ -111,7 +111,7 @@ func (r Report) Failures() []*Failure {
 func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn, sessions bool) Report {
 	a := first.PgConn()
 	r := Report{SessionSkipped: !sessions}
-	srv, err := identify(ctx, a)
+	srv, err := identify(ctx, a, sessions)
 	r.Server = srv.Server
 	var b *pgconn.PgConn
 	if err == nil {
@@ -141,7 +141,7 @@ func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn, sessions 
 // first reached, the failure if any, or an error (no verdict).
 func SessionOnly(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Server, *Failure, error) {
 	a := first.PgConn()
-	srv, err := identify(ctx, a)
+	srv, err := identify(ctx, a, true)
 	if err != nil {
 		return Server{}, nil, err
 	}
@@ -168,7 +168,7 @@ func pairWith(ctx context.Context, pool *pgxpool.Config, first identity, session
 		_ = second.Close(cctx)
 	}
 	b := second.PgConn()
-	other, err := identify(ctx, b)
+	other, err := identify(ctx, b, sessions)
 	if err == nil {
 		err = sameServer(first, other, sessions)
 	}

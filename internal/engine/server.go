@@ -38,16 +38,29 @@ const identifySQL = "select pg_catalog.pg_backend_pid(), pg_catalog.pg_is_in_rec
 	"coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), 'local socket'), coalesce(pg_catalog.inet_server_port()::text, ''), " +
 	"(extract(epoch from pg_catalog.pg_postmaster_start_time()) * 1000000)::int8"
 
-// identify reads c's server identity, backend pid and recovery state.
-func identify(ctx context.Context, c *pgconn.PgConn) (identity, error) {
-	res, err := c.Exec(ctx, identifySQL).ReadAll()
+// untimed turns off, for the rest of a session, the role's timeouts that
+// could cancel a probe statement or end a probe's open transaction (a
+// role's statement_timeout = 1ms is no verdict on its server's locks). It
+// is sent only on a connection that keeps its server session, where the
+// setting stays with the probe's own session, never with a pooled one.
+const untimed = "set statement_timeout = 0; set idle_in_transaction_session_timeout = 0; "
+
+// identify reads c's server identity, backend pid and recovery state; with
+// keeps (c keeps its server session), in the same round trip it first
+// turns the role's timeouts off for c (see [untimed]).
+func identify(ctx context.Context, c *pgconn.PgConn, keeps bool) (identity, error) {
+	sql := identifySQL
+	if keeps {
+		sql = untimed + identifySQL
+	}
+	res, err := c.Exec(ctx, sql).ReadAll()
 	if err != nil {
 		return identity{}, fmt.Errorf("engine probe: the server's identity: %w", err)
 	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 6 {
+	if len(res) == 0 || len(res[len(res)-1].Rows) != 1 || len(res[len(res)-1].Rows[0]) != 6 {
 		return identity{}, fmt.Errorf("engine probe: the server's identity: not one row of 6 values")
 	}
-	v := res[0].Rows[0]
+	v := res[len(res)-1].Rows[0]
 	return identity{
 		Server:     Server{Started: string(v[5]), Port: string(v[4]), Database: string(v[2]), Addr: string(v[3])},
 		pid:        string(v[0]),
@@ -56,8 +69,11 @@ func identify(ctx context.Context, c *pgconn.PgConn) (identity, error) {
 }
 
 // Identify returns the identity of the server c reached (one round trip).
+// c must keep its server session (no transaction-mode pooler: the caller
+// probes that first): the role's statement timeouts are turned off for c
+// in the same round trip, as the session settings that follow do anyway.
 func Identify(ctx context.Context, c *pgconn.PgConn) (Server, error) {
-	id, err := identify(ctx, c)
+	id, err := identify(ctx, c, true)
 	return id.Server, err
 }
 
