@@ -12,7 +12,8 @@
 // the machine's one monotonic clock (CLOCK_MONOTONIC), so that the
 // histories of all processes can be merged. An operation whose process was
 // killed before it returned stays pending: its outcome is unknown, which is
-// how the checker treats it, never dropped.
+// how every oracle treats it (the linearizability check may leave it out
+// when it cannot change what the model allows, below), never as failed.
 //
 // The workloads: lease (clients contend for a few names: acquire, guarded
 // writes, reads, release or abandon), advisory (exclusive and shared
@@ -67,8 +68,9 @@
 //     release one release per permit: so each slot's tokens only grow, and
 //     a permit's guarded writes are accepted only while its token is the
 //     slot's newest. Operations that cannot change what
-//     the model allows (busy, refused, unknown acquires and releases) are
-//     left out of the check, which decides the same without them;
+//     the model allows (busy acquires, refused writes, not-held and unknown
+//     releases, unknown acquires, reads with no result) are left out of
+//     the check, which decides the same without them;
 //   - a counter incremented only inside guarded transactions ends between
 //     the number of acknowledged increments and that number plus the
 //     increments whose outcome is unknown;
