@@ -52,8 +52,15 @@ func TestSessionLockOnConn(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("SessionLock cut short = %v, want DeadlineExceeded", err)
 	}
-	if c2.IsClosed() || holdsKey(t, ctx, c1, key, c2.PgConn().PID()) {
-		t.Fatalf("after a cut-short wait: closed %v, or holding", c2.IsClosed())
+	if holdsKey(t, ctx, c1, key, c2.PgConn().PID()) {
+		t.Fatal("after a cut-short wait: holding")
+	}
+	if c2.IsClosed() {
+		// ctx ended while a try was in flight (a loaded machine), not
+		// between tries: that statement may have taken the lock, so
+		// SessionLock closed conn, as documented.
+		t.Log("ctx ended during a try: conn closed")
+		c2 = b.db.Conn(t)
 	}
 	got := make(chan time.Time, 1)
 	go func() {
