@@ -46,7 +46,8 @@ type Server struct {
 	runID    string     // ModeDSN: in every database name this run makes (see sweep.go)
 
 	backend backend   // nil in ModeDSN
-	runLock *pgx.Conn // ModeDSN: holds this run's lock (see sweep.go); under mu
+	runLock *runLock  // ModeDSN: this run's lock session (see runlock.go)
+	pooled  bool      // ModeDSN: the DSN goes through a pooler: no sweep
 
 	mu        sync.Mutex
 	templates map[string]*tplState // by template name
@@ -131,7 +132,7 @@ func (s *Server) init(ctx context.Context) error {
 		return err
 	}
 	if err := s.initDBs(ctx); err != nil {
-		s.releaseRunLock()
+		_ = s.releaseRunLock()
 		return err
 	}
 	return nil
@@ -156,9 +157,7 @@ func (s *Server) initDBs(ctx context.Context) error {
 		return errors.New("the role may not create databases: pgtest needs a superuser, or at least a role with CREATEDB")
 	}
 	if s.mode == ModeDSN {
-		if err := s.sweep(ctx, conn); err != nil {
-			return err
-		}
+		s.sweep(ctx, conn)
 	}
 	if s.cfg.migrator == nil && s.cfg.setup == nil {
 		return nil // an empty template, made when first needed
@@ -271,22 +270,16 @@ func (s *Server) Close() error {
 		s.stopPools()
 		s.closeTxPools()
 		s.closeAdmin()
-		s.mu.Lock()
-		lockConn := s.runLock
-		s.runLock = nil
-		s.mu.Unlock()
-		defer func() {
-			if lockConn != nil {
-				_ = lockConn.Close(context.Background())
-			}
-		}()
 		if s.backend != nil {
 			s.closeErr = s.backend.close()
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		// Drop first, then release the lock: a sweep never sees this run
+		// dead with its databases still there.
 		s.closeErr = s.dropRun(ctx)
+		s.closeErr = errors.Join(s.closeErr, s.releaseRunLock())
 	})
 	return s.closeErr
 }
