@@ -45,9 +45,9 @@ type Server struct {
 	version  int        // server_version_num
 	runID    string     // ModeDSN: in every database name this run makes (see sweep.go)
 
-	backend backend   // nil in ModeDSN
-	runLock *runLock  // ModeDSN: this run's lock session (see runlock.go)
-	pooled  bool      // ModeDSN: the DSN goes through a pooler: no sweep
+	backend backend  // nil in ModeDSN
+	runLock *runLock // ModeDSN: this run's lock session (see runlock.go)
+	pooled  bool     // ModeDSN: the DSN goes through a pooler: no sweep
 
 	mu        sync.Mutex
 	templates map[string]*tplState // by template name
