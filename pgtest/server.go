@@ -54,6 +54,7 @@ type Server struct {
 	pools     map[string]*dbPool   // by template name
 	kept      map[string]struct{}  // databases of failed tests
 	txDBs     map[string]*txDB     // NewTx's databases, by template
+	retiredTx []*txDB              // NewTx's databases a test committed to
 	admin     *pgxpool.Pool        // see adminExec
 	stopping  chan struct{}        // closed by Close: pools stop filling
 
