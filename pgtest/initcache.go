@@ -18,15 +18,21 @@ import (
 var initdbArgs = []string{"-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"}
 
 // initdb makes l's cluster: a copy of the cached result of the same initdb
-// when there is one (about 50 ms instead of about 1 s), else initdb itself,
-// whose result is then cached for the next server. Every copy has the same
+// when there is one (about 50 ms instead of about 1 s) and pg_controldata
+// reads it, else initdb itself, whose result is then cached for the next
+// server (replacing a damaged cache). Every copy has the same
 // system identifier, which nothing of a throwaway server depends on.
 // PGTEST_INITDB_CACHE=0 turns the cache off.
 func (l *local) initdb(ctx context.Context) error {
 	data := filepath.Join(l.dir, "data")
 	cache := l.initdbCache()
 	if cache != "" && copyTree(ctx, filepath.Join(cache, "data"), data) == nil {
-		return nil
+		if err := l.command(ctx, "pg_controldata", "-D", data).Run(); err == nil {
+			return nil
+		}
+		// A damaged cache (pg_control unreadable): an initdb rebuilds it.
+		logf("the initdb cache %s is damaged; running initdb and caching it again", cache)
+		_ = os.RemoveAll(cache)
 	}
 	_ = os.RemoveAll(data)
 	cmd := l.command(ctx, "initdb", append([]string{"-D", data}, initdbArgs...)...)
@@ -44,7 +50,8 @@ func (l *local) initdb(ctx context.Context) error {
 // initdbCache returns the directory that holds (or will hold) the cached
 // initdb of l's binaries, arguments and user, or "" when there is no cache.
 // The key holds the postgres binary's path, size and modification time, so
-// that an upgraded PostgreSQL gets a fresh initdb.
+// that an upgraded PostgreSQL gets a fresh initdb, and the timezone initdb
+// writes into postgresql.conf (TZ, else /etc/localtime).
 func (l *local) initdbCache() string {
 	if os.Getenv("PGTEST_INITDB_CACHE") == "0" {
 		return ""
@@ -66,7 +73,9 @@ func (l *local) initdbCache() string {
 		uid = int(l.cred.Uid)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00%s", bin, fi.Size(), fi.ModTime().UnixNano(), uid, strings.Join(initdbArgs, " "))
+	localtime, _ := filepath.EvalSymlinks("/etc/localtime")
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00%s\x00%s\x00%s", bin, fi.Size(), fi.ModTime().UnixNano(), uid,
+		strings.Join(initdbArgs, " "), os.Getenv("TZ"), localtime)
 	return filepath.Join(base, "pgtest", "initdb-"+hex.EncodeToString(h.Sum(nil))[:16])
 }
 
