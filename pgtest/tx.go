@@ -35,7 +35,16 @@ type txDB struct {
 // sees them meanwhile), LISTEN/NOTIFY (delivered only on commit), code that
 // opens its own connections or pools (they see none of the transaction's
 // work), COMMIT, CREATE DATABASE, VACUUM and the like. Give those tests
-// [New]. Settings made with SET (not SET LOCAL) are reset at cleanup.
+// [New]. A test that commits (the Tx's Commit, or a COMMIT statement) fails
+// at cleanup, and the shared database is replaced for the tests after it.
+// Cleanup runs DISCARD ALL: settings, prepared statements (and pgx's
+// statement cache), cursors, temporary tables, LISTEN and advisory locks
+// go.
+//
+// What a rollback does not isolate: sequences are not rolled back, so a
+// test sees the ids that others drew (a serial column's first id need not
+// be 1); and parallel NewTx tests that insert the same unique key wait on
+// one another's uncommitted row until the first test ends.
 func NewTx(t testing.TB, opts ...Option) pgx.Tx {
 	t.Helper()
 	return SharedServer(t).NewTx(t, opts...)
