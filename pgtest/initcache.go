@@ -18,8 +18,8 @@ import (
 var initdbArgs = []string{"-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"}
 
 // initdb makes l's cluster: a copy of the cached result of the same initdb
-// when there is one (about 50 ms instead of about 1 s) and pg_controldata
-// reads it, else initdb itself, whose result is then cached for the next
+// when there is one (about 50 ms instead of about 1 s) and its pg_control
+// is whole, else initdb itself, whose result is then cached for the next
 // server (replacing a damaged cache). Every copy has the same
 // system identifier, which nothing of a throwaway server depends on.
 // PGTEST_INITDB_CACHE=0 turns the cache off.
@@ -27,11 +27,12 @@ func (l *local) initdb(ctx context.Context) error {
 	data := filepath.Join(l.dir, "data")
 	cache := l.initdbCache()
 	if cache != "" && copyTree(ctx, filepath.Join(cache, "data"), data) == nil {
-		if err := l.command(ctx, "pg_controldata", "-D", data).Run(); err == nil {
+		err := l.checkControl(ctx, data)
+		if err == nil {
 			return nil
 		}
 		// A damaged cache (pg_control unreadable): an initdb rebuilds it.
-		logf("the initdb cache %s is damaged; running initdb and caching it again", cache)
+		logf("the initdb cache %s is damaged (%v); running initdb and caching it again", cache, err)
 		_ = os.RemoveAll(cache)
 	}
 	_ = os.RemoveAll(data)
@@ -114,6 +115,38 @@ func copyTree(ctx context.Context, src, dst string) error {
 	out, err := exec.CommandContext(ctx, "cp", "-a", src, dst).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("cp -a %s %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// checkControl checks that data's pg_control is whole: 8 kB, and read
+// without error by pg_controldata when it sits beside postgres (initdb and
+// postgres may be links into a bin directory that has no pg_controldata).
+func (l *local) checkControl(ctx context.Context, data string) error {
+	fi, err := os.Stat(filepath.Join(data, "global", "pg_control"))
+	if err != nil {
+		return err
+	}
+	if fi.Size() != 8192 {
+		return fmt.Errorf("global/pg_control has %d bytes", fi.Size())
+	}
+	bin, err := filepath.EvalSymlinks(filepath.Join(l.bindir, "postgres"))
+	if err != nil {
+		return nil
+	}
+	tool := filepath.Join(filepath.Dir(bin), "pg_controldata")
+	if _, err := os.Stat(tool); err != nil {
+		return nil
+	}
+	cmd := l.command(ctx, "pg_controldata", "-D", data)
+	cmd.Path, cmd.Args[0], cmd.Err = tool, tool, nil
+	out, err := cmd.CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if err != nil {
+		return fmt.Errorf("pg_controldata: %w: %s", err, line)
+	}
+	if strings.Contains(string(out), "WARNING") { // a CRC mismatch: it exits 0
+		return fmt.Errorf("pg_controldata: %s", line)
 	}
 	return nil
 }

@@ -161,8 +161,8 @@ func (s *Server) retakeRunLock(ctx context.Context, l *runLock) *pgx.Conn {
 	if conn != nil {
 		_ = conn.Close(ctx)
 	}
-	l.lost = fmt.Errorf("pgtest: run %s: the run's lock was lost and cannot be taken back: %w", s.runID, err)
-	logf("%v", l.lost)
+	logf("run %s: the run's lock was lost and cannot be taken back: %v", s.runID, err)
+	l.lost = fmt.Errorf("pgtest: run %s: the run's lock was lost and could not be taken back at once: %w", s.runID, err)
 	return nil
 }
 

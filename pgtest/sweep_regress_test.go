@@ -3,6 +3,8 @@ package pgtest_test
 import (
 	"context"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,5 +221,74 @@ func TestTemplateRegressOtherMaintenanceDB(t *testing.T) {
 		if err != nil {
 			t.Errorf("binary %d: %v", i, err)
 		}
+	}
+}
+
+// A run whose lock session is terminated takes its lock back on a new
+// session; while another session holds the lock it cannot, and Close says
+// so.
+func TestSweepRegressLockRetaken(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.NewServer(t)
+	a := runOn(t, srv.DSN())
+	defer a.Close()
+	db, err := a.CreateDatabase(ctxT(t, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := strings.Split(db.Name, "_")[1]
+	key, _ := strconv.ParseUint(run, 16, 32)
+	ctx := ctxT(t, 2*time.Minute)
+	admin := connect(t, srv.DSN())
+	holder := func() (pid int32) {
+		t.Helper()
+		err := admin.QueryRow(ctx, `select coalesce(max(pid), 0) from pg_locks where locktype = 'advisory'
+			and classid = x'70677472'::int::oid and objid = $1::int8::oid and objsubid = 2 and granted`, key).Scan(&pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	first := holder()
+	if first == 0 {
+		t.Fatal("no backend holds the run's lock")
+	}
+	// A waiter queued on the lock gets it the moment the run's session
+	// ends, before the run's watchdog can take it back.
+	waiter := connect(t, srv.DSN())
+	waited := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(ctx, "select pg_advisory_lock($1::int4, $2::int4)", 0x70677472, int32(uint32(key)))
+		waited <- err
+	}()
+	for queued := false; !queued; {
+		if err := admin.QueryRow(ctx, `select exists(select from pg_locks where locktype = 'advisory'
+			and objid = $1::int8::oid and not granted)`, key).Scan(&queued); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.Exec(ctx, "select pg_terminate_backend($1)", first); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	for pgtest.RunLockLostForTest(a) == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the run never noticed its lock lost")
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition, with a deadline
+	}
+	if _, err := waiter.Exec(ctx, "select pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+	for pid := holder(); pid == 0 || pid == first; pid = holder() {
+		if ctx.Err() != nil {
+			t.Fatal("the run never took its lock back")
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition, with a deadline
+	}
+	if err := a.Close(); err == nil || !strings.Contains(err.Error(), "lost") {
+		t.Fatalf("Close: %v, want an error saying the run's lock was lost", err)
 	}
 }
