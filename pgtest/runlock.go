@@ -26,13 +26,17 @@ type runLock struct {
 // runLockCheck is how often the watchdog checks the lock session.
 const runLockCheck = 5 * time.Second
 
-// heldElsewhereSQL tells whether a backend other than this one, in any
-// database of the server, holds the advisory lock ($1, $2) in its two-key
-// form: pg_locks shows every database's locks, where a try-lock sees only
-// those of its own.
-const heldElsewhereSQL = `select exists(select from pg_catalog.pg_locks where locktype = 'advisory'
-	and classid = $1::int8::oid and objid = $2::int8::oid and objsubid = 2 and granted
-	and pid is distinct from pg_catalog.pg_backend_pid())`
+// claimSQL takes the advisory lock ($1, $2) in its two-key form if no other
+// backend, in any database of the server, holds it, and reports whether it
+// did: pg_locks shows every database's locks, where a try-lock sees only
+// those of its own. One statement, so that it runs on one server session
+// even behind a pooler.
+const claimSQL = `select case when pg_catalog.pg_try_advisory_lock($1::int8::int4, $2::int8::int4) then
+	case when exists(select from pg_catalog.pg_locks where locktype = 'advisory'
+		and classid = ($1::int8 & 4294967295)::oid and objid = ($2::int8 & 4294967295)::oid
+		and objsubid = 2 and granted and pid is distinct from pg_catalog.pg_backend_pid())
+	then not pg_catalog.pg_advisory_unlock($1::int8::int4, $2::int8::int4) else true end
+	else false end`
 
 func runKey(run string) int32 {
 	n, _ := strconv.ParseUint(run, 16, 32)
@@ -65,16 +69,9 @@ func lockSession(ctx context.Context, dsn string) (*pgx.Conn, error) {
 // and looks second, as everyone who claims does: of two claimants at once,
 // at least one sees the other and backs off.
 func claim(ctx context.Context, conn *pgx.Conn, space, key int32) (bool, error) {
-	var got, other bool
-	if err := conn.QueryRow(ctx, "select pg_catalog.pg_try_advisory_lock($1::int4, $2::int4)", space, key).Scan(&got); err != nil || !got {
-		return false, err
-	}
-	err := conn.QueryRow(ctx, heldElsewhereSQL, int64(uint32(space)), int64(uint32(key))).Scan(&other)
-	if err == nil && !other {
-		return true, nil
-	}
-	_, uerr := conn.Exec(context.WithoutCancel(ctx), "select pg_catalog.pg_advisory_unlock($1::int4, $2::int4)", space, key)
-	return false, errors.Join(err, uerr)
+	var got bool
+	err := conn.QueryRow(ctx, claimSQL, int64(space), int64(key)).Scan(&got)
+	return got, err
 }
 
 // holdRunLock opens the session that holds this run's lock, and starts its

@@ -112,11 +112,21 @@ func TestSweepRegressIdleSessionTimeout(t *testing.T) {
 }
 
 // Through a transaction-mode pooler a session lock sits on a server
-// session that other clients are lent: no run there may sweep.
+// session that other clients are lent: no run there may sweep. Runs start
+// there whether the pooler lends one server session or several in turn.
 func TestSweepRegressThroughTxPooler(t *testing.T) {
 	t.Parallel()
+	for _, opts := range [][]pgtest.BouncerOption{
+		{pgtest.BouncerPoolSize(1)},
+		{pgtest.BouncerPoolSize(3), pgtest.BouncerRoundRobin()},
+	} {
+		sweepThroughTxPooler(t, opts)
+	}
+}
+
+func sweepThroughTxPooler(t *testing.T, opts []pgtest.BouncerOption) {
 	srv := pgtest.NewServer(t)
-	bo := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction, pgtest.BouncerPoolSize(1))
+	bo := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction, opts...)
 	dsn, err := bo.DSN(srv.DSN())
 	if err != nil {
 		t.Fatal(err)
