@@ -60,9 +60,12 @@ func dbConfig(opts []Option) config {
 func (s *Server) clone(ctx context.Context, template string) (*DB, error) {
 	name := s.dbName(randomHex(6))
 	sql := "create database " + pgx.Identifier{name}.Sanitize() + " template " + pgx.Identifier{template}.Sanitize()
-	if s.version >= 150000 {
+	if s.version >= 150000 && s.mode != ModeDSN {
 		// FILE_COPY copies a small template as fast as, or faster than,
 		// the default WAL_LOG strategy, which writes every page to WAL.
+		// It also forces two checkpoints per database: fine on a
+		// throwaway server, not on one that others use (PGTEST_DSN),
+		// which keeps the default.
 		sql += " strategy file_copy"
 	}
 	if err := s.adminExec(ctx, sql); err != nil {

@@ -52,9 +52,10 @@
 //     lock so that concurrent test binaries wait for one migration, and
 //     reused by later binaries and runs on the same server. Adapters:
 //     [SQLFiles]; pgtestgoose (goose) and pgtestmigrate (golang-migrate) in
-//     packages of their own. A template half made — its migration failed,
-//     its process died — has no completion mark, is dropped, and is never
-//     cloned.
+//     packages of their own. A template is migrated under a database name
+//     of its run and renamed to its final name once complete: one half
+//     made — its migration failed, its process died — never bears that
+//     name, is dropped, and is never cloned.
 //   - [NewTx]: a transaction rolled back when the test ends, on a database
 //     that the binary's NewTx tests share; for code that needs no session
 //     of its own and never commits.
@@ -64,13 +65,25 @@
 // PGTEST_DSN server it stays until a later run's sweep.
 //
 // On a server that outlives the run (PGTEST_DSN), every database a run
-// makes carries the run's random id, and the run holds a session advisory
-// lock on that id for its lifetime. A run starting drops the databases of
-// every other run whose lock it can take — runs that are gone, killed or
-// not — and never those of a run whose lock is held. [Server.Close] drops
-// the run's own, but for failed tests'. Migrator templates belong to no
-// run and stay, one per migration set. A run whose lock session ends while
-// it goes on (the server restarted under it) counts as gone.
+// makes is named pgtest_<run id>_<suffix>, and the run holds a session
+// advisory lock on that id for its lifetime, on a session kept alive
+// (keepalives, no idle timeouts) and watched: should it be lost, that is
+// logged and the lock taken back, and [Server.Close] returns an error if
+// it could not be. A run starting drops the databases of every other run
+// whose lock no backend of any database holds (pg_locks) — runs that are
+// gone, killed or not — but only those no one is connected to, without
+// FORCE, and only those its role may drop; its errors are logged, never
+// fatal. It never drops those of a run whose lock session lives.
+// [Server.Close] drops the run's own, but for failed tests'. Migrator
+// templates belong to no run and stay, one per migration set; a template
+// is migrated under a name of its run and renamed once complete. A run
+// whose lock session ends while it goes on (the server restarted under it)
+// counts as gone until its watchdog takes the lock back: a run starting
+// meanwhile may drop those of its databases that no one is connected to.
+// Behind a pooler (PgBouncer, RDS Proxy, Supavisor: a PGTEST_DSN whose
+// announced backend pid is not the one running statements), a session lock
+// may sit on a server session lent to other clients: such a run does not
+// sweep, and logs so. Give the sweep a direct DSN.
 //
 // A throwaway server is removed — processes, files, container — by
 // [Server.Close], which [Main] calls after the tests. Should the test binary

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Migrator makes a schema: the migrations a user's suite runs once per
@@ -145,7 +146,12 @@ func collision(hash string) error {
 }
 
 // buildTemplate makes the template name unless a complete one is there,
-// holding the template's advisory lock throughout.
+// holding the template's advisory lock throughout (so that binaries on the
+// same maintenance database wait for one migration). The migrations run
+// on a database of this run, which gets its completion mark and is then
+// renamed to name: under name a template is always complete, whoever made
+// it and whatever database they connect to; one left half made by a run
+// that died carries that run's id, and the sweep drops it.
 func (s *Server) buildTemplate(ctx context.Context, name, hash, sum string, m Migrator) error {
 	conn, err := pgx.Connect(ctx, s.adminDSN)
 	if err != nil {
@@ -156,38 +162,58 @@ func (s *Server) buildTemplate(ctx context.Context, name, hash, sum string, m Mi
 	if _, err := conn.Exec(ctx, "select pg_catalog.pg_advisory_lock($1::int4, $2::int4)", tplLockSpace, lockKey(name)); err != nil {
 		return fmt.Errorf("pgtest: template %s: lock: %w", name, err)
 	}
-	var mark *string
-	err = conn.QueryRow(ctx, "select shobj_description(oid, 'pg_database') from pg_database where datname = $1", name).Scan(&mark)
-	switch {
-	case err == nil && mark != nil && *mark == templateMark(hash, sum):
-		return nil // made before, by this run or another
-	case err == nil && mark != nil && strings.HasPrefix(*mark, "pgtest template "+digest(hash)+" "):
-		return collision(hash)
-	case err == nil: // half-made by a run that died: never reused
-		if err := s.dropWith(ctx, conn, name); err != nil {
-			return err
-		}
-	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("pgtest: template %s: %w", name, err)
+	if done, err := s.templateThere(ctx, conn, name, hash, sum); done || err != nil {
+		return err
 	}
-	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize()); err != nil {
+	work := s.dbName(randomHex(6))
+	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{work}.Sanitize()); err != nil {
 		return fmt.Errorf("pgtest: template %s: %w", name, explainCreate(err))
 	}
-	err = s.migrateInto(ctx, name, m)
+	err = s.migrateInto(ctx, work, m)
 	if err != nil {
 		err = fmt.Errorf("pgtest: migrate template %s: %w", name, err)
-	} else if _, cerr := conn.Exec(ctx, "comment on database "+pgx.Identifier{name}.Sanitize()+" is '"+templateMark(hash, sum)+"'"); cerr != nil {
+	} else if _, cerr := conn.Exec(ctx, "comment on database "+pgx.Identifier{work}.Sanitize()+" is '"+templateMark(hash, sum)+"'"); cerr != nil {
 		err = fmt.Errorf("pgtest: template %s: mark complete: %w", name, cerr)
-	}
-	if err == nil {
+	} else if _, rerr := conn.Exec(ctx, "alter database "+pgx.Identifier{work}.Sanitize()+" rename to "+pgx.Identifier{name}.Sanitize()); rerr == nil {
 		return nil
+	} else if !isDuplicateDatabase(rerr) {
+		err = fmt.Errorf("pgtest: template %s: %w", name, rerr)
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if derr := s.dropWith(dctx, conn, name); derr != nil {
+	if derr := s.dropWith(dctx, conn, work); derr != nil {
 		return errors.Join(err, derr)
 	}
+	if err == nil { // another binary, on another maintenance database, made it first
+		_, err = s.templateThere(ctx, conn, name, hash, sum)
+		return err
+	}
 	return fmt.Errorf("%w (the half-made template was dropped)", err)
+}
+
+// templateThere reports whether the complete template name of (hash, sum)
+// is there; one of the same hash and another sum is an error. One without
+// a mark, left by an older pgtest that migrated under the final name, is
+// dropped.
+func (s *Server) templateThere(ctx context.Context, conn *pgx.Conn, name, hash, sum string) (bool, error) {
+	var mark *string
+	err := conn.QueryRow(ctx, "select shobj_description(oid, 'pg_database') from pg_database where datname = $1", name).Scan(&mark)
+	switch {
+	case err == nil && mark != nil && *mark == templateMark(hash, sum):
+		return true, nil // made before, by this run or another
+	case err == nil && mark != nil && strings.HasPrefix(*mark, "pgtest template "+digest(hash)+" "):
+		return false, collision(hash)
+	case err == nil:
+		return false, s.dropWith(ctx, conn, name)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("pgtest: template %s: %w", name, err)
+	}
+	return false, nil
+}
+
+func isDuplicateDatabase(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42P04" || pe.Code == "23505")
 }
 
 // migrateInto runs m on the database name, with its own connection closed

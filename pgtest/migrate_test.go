@@ -149,8 +149,9 @@ func TestMigratorFails(t *testing.T) {
 			t.Fatal("a half-made template is marked complete")
 		}
 		// A later run tries again rather than reusing anything.
-		srv = runOn(t, srv.DSN())
-		t.Cleanup(func() { _ = srv.Close() })
+		next := runOn(t, srv.DSN())
+		t.Cleanup(func() { _ = next.Close() })
+		srv = next
 	}
 }
 

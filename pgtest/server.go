@@ -45,14 +45,16 @@ type Server struct {
 	version  int        // server_version_num
 	runID    string     // ModeDSN: in every database name this run makes (see sweep.go)
 
-	backend backend   // nil in ModeDSN
-	runLock *pgx.Conn // ModeDSN: holds this run's lock (see sweep.go); under mu
+	backend backend  // nil in ModeDSN
+	runLock *runLock // ModeDSN: this run's lock session (see runlock.go)
+	pooled  bool     // ModeDSN: the DSN goes through a pooler: no sweep
 
 	mu        sync.Mutex
 	templates map[string]*tplState // by template name
 	pools     map[string]*dbPool   // by template name
 	kept      map[string]struct{}  // databases of failed tests
 	txDBs     map[string]*txDB     // NewTx's databases, by template
+	retiredTx []*txDB              // NewTx's databases a test committed to
 	admin     *pgxpool.Pool        // see adminExec
 	stopping  chan struct{}        // closed by Close: pools stop filling
 
@@ -131,7 +133,7 @@ func (s *Server) init(ctx context.Context) error {
 		return err
 	}
 	if err := s.initDBs(ctx); err != nil {
-		s.releaseRunLock()
+		_ = s.releaseRunLock()
 		return err
 	}
 	return nil
@@ -156,9 +158,7 @@ func (s *Server) initDBs(ctx context.Context) error {
 		return errors.New("the role may not create databases: pgtest needs a superuser, or at least a role with CREATEDB")
 	}
 	if s.mode == ModeDSN {
-		if err := s.sweep(ctx, conn); err != nil {
-			return err
-		}
+		s.sweep(ctx, conn)
 	}
 	if s.cfg.migrator == nil && s.cfg.setup == nil {
 		return nil // an empty template, made when first needed
@@ -271,22 +271,16 @@ func (s *Server) Close() error {
 		s.stopPools()
 		s.closeTxPools()
 		s.closeAdmin()
-		s.mu.Lock()
-		lockConn := s.runLock
-		s.runLock = nil
-		s.mu.Unlock()
-		defer func() {
-			if lockConn != nil {
-				_ = lockConn.Close(context.Background())
-			}
-		}()
 		if s.backend != nil {
 			s.closeErr = s.backend.close()
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		// Drop first, then release the lock: a sweep never sees this run
+		// dead with its databases still there.
 		s.closeErr = s.dropRun(ctx)
+		s.closeErr = errors.Join(s.closeErr, s.releaseRunLock())
 	})
 	return s.closeErr
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,25 +13,41 @@ import (
 // it:
 //
 //   - Every database a run makes is named pgtest_<run>_<suffix>, <run> being
-//     8 hex digits drawn at random when its Server starts.
+//     8 hex digits drawn at random when its Server starts, <suffix> 12 hex
+//     digits or "template". A [WithMigrator] template is made under such a
+//     name too, and renamed to its final one once complete.
 //   - Before it makes any, the run takes a session advisory lock on its run
-//     id (runLockSpace, the id) on a connection it keeps until
-//     [Server.Close]. The lock is held exactly as long as the run lives, or
-//     its connection: a killed process's session ends, and its lock with it.
-//   - A run starting sweeps: for each other run id found in database names
-//     whose lock it can take (pg_try_advisory_lock), that run is gone, and
-//     it drops that run's databases. A run whose lock is held is alive, and
-//     nothing of it is touched.
+//     id (runLockSpace, the id) on a session it keeps until [Server.Close],
+//     with keepalives and none of the server's idle timeouts. A watchdog
+//     checks that session and, should it be lost, logs it and takes the
+//     lock again (Close returns an error if it could not).
+//   - A run is alive while any backend, in any database of the server,
+//     holds its lock: pg_locks says so server-wide, whatever maintenance
+//     database each run connects to. A run starting sweeps: for each other
+//     run id found in database names that no backend holds, it takes that
+//     lock itself (so that no one claims the id meanwhile) and drops that
+//     run's databases that no one is connected to, without FORCE. One with
+//     a session (a failed test's kept database being looked at) is left for
+//     a later run; so is one the role may not drop. Sweep errors are logged,
+//     never fatal.
+//   - Behind a pooler (the announced backend pid is not the one that runs
+//     statements: PgBouncer, RDS Proxy, Supavisor), a session lock may sit
+//     on a server session lent to other clients: such a run holds its lock
+//     as well as it can but never sweeps. The sweep needs a direct DSN: a
+//     pooler in session mode would do, but the cheap check cannot tell it
+//     from one in transaction mode, so it does not sweep either.
 //   - A Migrator's template (pgtest_tpl_<digest>) belongs to no run: later
-//     runs reuse it. One without its completion mark is half made; the sweep
-//     drops it when its making lock is free (no one is making it).
+//     runs reuse it. It exists under that name only once complete.
 //
-// A run whose lock session ends while it goes on (the server restarted,
-// the backend terminated) is taken for dead: a run starting then may drop
-// its databases under it.
+// So a live run's databases are never dropped while its lock session
+// lives. A run whose lock session ends while it goes on (the server
+// restarted, the backend terminated), until its watchdog takes the lock
+// back, is taken for dead: a run starting then may drop those of its
+// databases that have no session (a run's databases in use always have
+// one).
 
-// runDB matches the databases of a run and captures the run id.
-var runDB = regexp.MustCompile(`^pgtest_([0-9a-f]{8})_[a-z0-9]+$`)
+// runDB matches exactly the databases a run makes and captures the run id.
+var runDB = regexp.MustCompile(`^pgtest_([0-9a-f]{8})_([0-9a-f]{12}|template)$`)
 
 // dbName names a database of this run: pgtest_<run>_<suffix> on a server
 // that outlives the run, pgtest_<suffix> on a throwaway one.
@@ -43,93 +58,60 @@ func (s *Server) dbName(suffix string) string {
 	return "pgtest_" + s.runID + "_" + suffix
 }
 
-func runKey(run string) int32 {
-	n, _ := strconv.ParseUint(run, 16, 32)
-	return int32(uint32(n))
-}
-
-// holdRunLock opens the connection that holds this run's lock. An id whose
-// lock is held (a sweep holds a dead run's lock while it drops) is
-// replaced by another.
-func (s *Server) holdRunLock(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, s.adminDSN)
+// sweep drops the idle databases of dead runs, logging what it could not.
+func (s *Server) sweep(ctx context.Context, conn *pgx.Conn) {
+	if s.pooled {
+		logf("not sweeping dead runs' databases: PGTEST_DSN goes through a pooler (give it a direct DSN to sweep)")
+		return
+	}
+	rows, err := conn.Query(ctx, `select datname from pg_catalog.pg_database
+		where datname like 'pgtest\_%' and (pg_catalog.pg_has_role(datdba, 'USAGE')
+			or (select rolsuper from pg_catalog.pg_roles where rolname = current_user))`)
 	if err != nil {
-		return err
+		logf("sweep: %v", err)
+		return
 	}
-	for range 3 {
-		var ok bool
-		if err := conn.QueryRow(ctx, "select pg_catalog.pg_try_advisory_lock($1::int4, $2::int4)", runLockSpace, runKey(s.runID)).Scan(&ok); err != nil {
-			_ = conn.Close(context.WithoutCancel(ctx))
-			return fmt.Errorf("run lock: %w", err)
-		}
-		if ok {
-			s.runLock = conn
-			return nil
-		}
-		s.runID = randomHex(4)
-	}
-	_ = conn.Close(context.WithoutCancel(ctx))
-	return errors.New("run lock: three run ids in a row were taken")
-}
-
-func (s *Server) releaseRunLock() {
-	if s.runLock != nil {
-		_ = s.runLock.Close(context.Background())
-		s.runLock = nil
-	}
-}
-
-// sweep drops the databases of dead runs and the half-made templates no
-// one is making.
-func (s *Server) sweep(ctx context.Context, conn *pgx.Conn) error {
-	rows, err := conn.Query(ctx, "select datname, shobj_description(oid, 'pg_database') from pg_database where datname like 'pgtest\\_%'")
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("sweep: %w", err)
+		logf("sweep: %v", err)
+		return
 	}
 	byRun := map[string][]string{}
-	var halfMade []string
-	for rows.Next() {
-		var name string
-		var mark *string
-		if err := rows.Scan(&name, &mark); err != nil {
-			return fmt.Errorf("sweep: %w", err)
-		}
+	for _, name := range names {
 		if m := runDB.FindStringSubmatch(name); m != nil && m[1] != s.runID {
 			byRun[m[1]] = append(byRun[m[1]], name)
-		} else if len(name) == len(templatePrefix)+24 && name[:len(templatePrefix)] == templatePrefix && mark == nil {
-			halfMade = append(halfMade, name)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sweep: %w", err)
-	}
-	var errs []error
 	for run, names := range byRun {
-		errs = append(errs, s.dropIfFree(ctx, conn, runLockSpace, runKey(run), names))
+		if err := s.dropIfDead(ctx, conn, run, names); err != nil {
+			logf("sweep: %v", err)
+		}
 	}
-	for _, name := range halfMade {
-		errs = append(errs, s.dropIfFree(ctx, conn, tplLockSpace, lockKey(name), []string{name}))
-	}
-	return errors.Join(errs...)
 }
 
-// dropIfFree drops names if the advisory lock (space, key) is free, holding
-// it meanwhile so that no one takes it in between.
-func (s *Server) dropIfFree(ctx context.Context, conn *pgx.Conn, space, key int32, names []string) error {
-	var free bool
-	if err := conn.QueryRow(ctx, "select pg_catalog.pg_try_advisory_lock($1::int4, $2::int4)", space, key).Scan(&free); err != nil {
-		return fmt.Errorf("sweep: %w", err)
+// dropIfDead drops names, the databases of run, if no backend holds run's
+// lock, holding it meanwhile. It leaves those that have a session.
+func (s *Server) dropIfDead(ctx context.Context, conn *pgx.Conn, run string, names []string) error {
+	key := runKey(run)
+	dead, err := claim(ctx, conn, runLockSpace, key)
+	if err != nil || !dead {
+		return err
 	}
-	if !free {
-		return nil
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "select pg_catalog.pg_advisory_unlock($1::int4, $2::int4)", space, key) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), "select pg_catalog.pg_advisory_unlock($1::int4, $2::int4)", runLockSpace, key) //nolint:errcheck
+	var errs []error
 	for _, name := range names {
-		if err := s.dropWith(ctx, conn, name); err != nil {
-			return err
+		var busy bool
+		if err := conn.QueryRow(ctx, "select exists(select from pg_catalog.pg_stat_activity where datname = $1)", name).Scan(&busy); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		if busy {
+			continue // a later run drops it once no one is connected
+		}
+		if _, err := conn.Exec(ctx, "drop database if exists "+pgx.Identifier{name}.Sanitize()); err != nil {
+			errs = append(errs, fmt.Errorf("drop database %s: %w", name, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // dropRun drops this run's databases at Close (ModeDSN), but for those

@@ -59,13 +59,16 @@ func TestSweep(t *testing.T) {
 	_ = cmd.Process.Signal(os.Kill)
 	_ = cmd.Wait()
 	// The child's run id is in its databases' names; wait until the
-	// server has ended its session, and with it the run's lock.
+	// server has ended its sessions, and with them the run's lock (the
+	// sweep leaves a database anyone is connected to).
 	run, _ := strconv.ParseUint(strings.Split(dead[0], "_")[1], 16, 32)
 	conn := connect(t, dsn)
 	ctx := ctxT(t, 2*time.Minute)
 	for held := true; held; {
 		if err := conn.QueryRow(ctx, `select exists(select 1 from pg_locks where locktype = 'advisory'
-			and classid = x'70677472'::int::oid and objid = $1::int8::oid and objsubid = 2)`, run).Scan(&held); err != nil {
+			and classid = x'70677472'::int::oid and objid = $1::int8::oid and objsubid = 2)
+			or exists(select 1 from pg_stat_activity where datname like $2)`,
+			run, "pgtest\\_"+strings.Split(dead[0], "_")[1]+"\\_%").Scan(&held); err != nil {
 			t.Fatal(err)
 		}
 	}

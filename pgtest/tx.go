@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 type txDB struct {
 	once sync.Once
 	pool *pgxpool.Pool
+	name string
 	err  error
 }
 
@@ -33,7 +35,16 @@ type txDB struct {
 // sees them meanwhile), LISTEN/NOTIFY (delivered only on commit), code that
 // opens its own connections or pools (they see none of the transaction's
 // work), COMMIT, CREATE DATABASE, VACUUM and the like. Give those tests
-// [New]. Settings made with SET (not SET LOCAL) are reset at cleanup.
+// [New]. A test that commits (the Tx's Commit, or a COMMIT statement) fails
+// at cleanup, and the shared database is replaced for the tests after it.
+// Cleanup runs DISCARD ALL: settings, prepared statements (and pgx's
+// statement cache), cursors, temporary tables, LISTEN and advisory locks
+// go.
+//
+// What a rollback does not isolate: sequences are not rolled back, so a
+// test sees the ids that others drew (a serial column's first id need not
+// be 1); and parallel NewTx tests that insert the same unique key wait on
+// one another's uncommitted row until the first test ends.
 func NewTx(t testing.TB, opts ...Option) pgx.Tx {
 	t.Helper()
 	return SharedServer(t).NewTx(t, opts...)
@@ -44,26 +55,36 @@ func (s *Server) NewTx(t testing.TB, opts ...Option) pgx.Tx {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pool, err := s.txPool(ctx, opts)
+	d, err := s.txPool(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := pool.Acquire(ctx)
+	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(fmt.Errorf("pgtest: NewTx: %w", err))
 	}
-	tx, err := c.Begin(ctx)
+	begun, err := c.Begin(ctx)
 	if err != nil {
 		c.Release()
 		t.Fatal(fmt.Errorf("pgtest: NewTx: %w", err))
 	}
+	tx := &sharedTx{Tx: begun}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		err := tx.Rollback(ctx)
+		if status := c.Conn().PgConn().TxStatus(); tx.ended.Load() == "commit" || (status == 'I' && tx.ended.Load() != "rollback") {
+			t.Errorf("pgtest: NewTx: the test committed (COMMIT, or a statement after its transaction ended): "+
+				"what it committed would show to later NewTx tests; the shared database %s is replaced", d.name)
+			s.retireTxDB(d)
+		}
+		err := tx.Tx.Rollback(ctx)
 		if err == nil || errors.Is(err, pgx.ErrTxClosed) {
-			// What a transaction's rollback leaves of a session.
-			_, err = c.Conn().PgConn().Exec(ctx, "select pg_catalog.pg_advisory_unlock_all(); unlisten *; reset all").ReadAll()
+			// What a transaction's rollback leaves of a session: prepared
+			// statements (pgx's cache forgets its own), cursors, advisory
+			// locks, LISTEN, settings, temporary tables.
+			if err = c.Conn().DeallocateAll(ctx); err == nil {
+				_, err = c.Conn().PgConn().Exec(ctx, "discard all").ReadAll()
+			}
 		}
 		if err != nil {
 			_ = c.Conn().Close(ctx) // the pool replaces it
@@ -73,9 +94,40 @@ func (s *Server) NewTx(t testing.TB, opts ...Option) pgx.Tx {
 	return tx
 }
 
+// sharedTx is NewTx's transaction: it records how the test ended it.
+type sharedTx struct {
+	pgx.Tx
+	ended atomic.Value // "commit" or "rollback"
+}
+
+// Commit commits the test's transaction; the test fails at its cleanup.
+func (tx *sharedTx) Commit(ctx context.Context) error {
+	tx.ended.Store("commit")
+	return tx.Tx.Commit(ctx)
+}
+
+// Rollback rolls back the test's transaction.
+func (tx *sharedTx) Rollback(ctx context.Context) error {
+	tx.ended.CompareAndSwap(nil, "rollback")
+	return tx.Tx.Rollback(ctx)
+}
+
+// retireTxDB stops handing out d: the next NewTx of its template makes a
+// new database; d's pool closes with the server.
+func (s *Server) retireTxDB(d *txDB) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for template, cur := range s.txDBs {
+		if cur == d {
+			delete(s.txDBs, template)
+			s.retiredTx = append(s.retiredTx, d)
+		}
+	}
+}
+
 // txPool returns the pool on the shared NewTx database of opts' template,
 // made on first use.
-func (s *Server) txPool(ctx context.Context, opts []Option) (*pgxpool.Pool, error) {
+func (s *Server) txPool(ctx context.Context, opts []Option) (*txDB, error) {
 	template, err := s.templateFor(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -102,16 +154,20 @@ func (s *Server) txPool(ctx context.Context, opts []Option) (*pgxpool.Pool, erro
 			d.err = err
 			return
 		}
+		d.name = db.Name
 		d.pool, d.err = pgxpool.New(ctx, db.DSN)
 	})
-	return d.pool, d.err
+	return d, d.err
 }
 
 // closeTxPools closes the NewTx pools (their databases go with the
 // server, or with this run's databases).
 func (s *Server) closeTxPools() {
 	s.mu.Lock()
-	dbs := s.txDBs
+	dbs := s.retiredTx
+	for _, d := range s.txDBs {
+		dbs = append(dbs, d)
+	}
 	s.mu.Unlock()
 	for _, d := range dbs {
 		d.once.Do(func() {}) // wait for a making one
