@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/pglocks/pglocks"
@@ -171,6 +172,12 @@ func (l *Locker) addWaker(ids ...keyID) chan struct{} {
 }
 
 func (l *Locker) removeWaker(ch chan struct{}, ids ...keyID) {
+	l.dropChan(ch, ids, func(ks *keyState) *[]chan struct{} { return &ks.wakers })
+}
+
+// dropChan forgets ch in the list of each of ids that list picks (its
+// wakers, or its settle list), and lets go of a key state left unused.
+func (l *Locker) dropChan(ch chan struct{}, ids []keyID, list func(*keyState) *[]chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, id := range ids {
@@ -178,11 +185,9 @@ func (l *Locker) removeWaker(ch chan struct{}, ids ...keyID) {
 		if ks == nil {
 			continue
 		}
-		for i, c := range ks.wakers {
-			if c == ch {
-				ks.wakers = append(ks.wakers[:i], ks.wakers[i+1:]...)
-				break
-			}
+		chans := list(ks)
+		if i := slices.Index(*chans, ch); i >= 0 {
+			*chans = slices.Delete(*chans, i, i+1)
 		}
 		l.gcLocked(id, ks)
 	}

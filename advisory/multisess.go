@@ -155,21 +155,7 @@ func (l *Locker) freeLocked(keys []pglocks.Key, tried map[keyID]bool, chunk int)
 
 // dropSettle forgets ch in the settle lists of ids.
 func (l *Locker) dropSettle(ch chan struct{}, ids []keyID) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, id := range ids {
-		ks := l.keys[id]
-		if ks == nil {
-			continue
-		}
-		for i, c := range ks.settle {
-			if c == ch {
-				ks.settle = append(ks.settle[:i], ks.settle[i+1:]...)
-				break
-			}
-		}
-		l.gcLocked(id, ks)
-	}
+	l.dropChan(ch, ids, func(ks *keyState) *[]chan struct{} { return &ks.settle })
 }
 
 // settledLocked ends id's round-trip reservation (it became a Lock, or is
