@@ -1,5 +1,7 @@
 package pgtest
 
+import "time"
+
 // TemplateNameForTest is templateName, for the external tests.
 func TemplateNameForTest(hash string) string { return templateName(hash) }
 
@@ -13,4 +15,20 @@ func RunLockLostForTest(s *Server) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lost
+}
+
+// SetRunLockCheckForTest sets how often a run's watchdog checks its lock,
+// for runs started after it, and puts it back at the test's end.
+func SetRunLockCheckForTest(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := runLockCheck
+	runLockCheck = d
+	t.Cleanup(func() { runLockCheck = old })
+}
+
+// RunLockChecksForTest is how many checks s's watchdog has done.
+func RunLockChecksForTest(s *Server) int64 {
+	if s.runLock == nil {
+		return 0
+	}
+	return s.runLock.checks.Load()
 }
