@@ -221,6 +221,7 @@ func (s *Server) retakeRunLock(l *runLock, old *pgx.Conn) *pgx.Conn {
 	logf("run %s: the run's lock is taken back", s.runID)
 	return conn
 }
+
 // waitRunLock takes the run's lock on conn. Directly, it notes who else
 // holds it (the old session, oldPID, is not another), records a loss if
 // anyone does, waits for the lock, and looks again. Behind a pooler it
