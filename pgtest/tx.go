@@ -35,8 +35,13 @@ type txDB struct {
 // sees them meanwhile), LISTEN/NOTIFY (delivered only on commit), code that
 // opens its own connections or pools (they see none of the transaction's
 // work), COMMIT, CREATE DATABASE, VACUUM and the like. Give those tests
-// [New]. A test that commits (the Tx's Commit, or a COMMIT statement) fails
-// at cleanup, and the shared database is replaced for the tests after it.
+// [New]. A test that ends its transaction other than by a rollback (the
+// Tx's Commit, a COMMIT statement, or a COMMIT or ROLLBACK followed by
+// BEGIN: cleanup compares the transaction's now() and id with those at
+// Begin) fails at cleanup, and the shared database is replaced for the
+// tests after it. A ROLLBACK (the Tx's, or a statement) is no failure;
+// what a test runs after its own ROLLBACK, outside any transaction,
+// commits unseen.
 // Cleanup runs DISCARD ALL: settings, prepared statements (and pgx's
 // statement cache), cursors, temporary tables, LISTEN and advisory locks
 // go.
@@ -69,34 +74,60 @@ func (s *Server) NewTx(t testing.TB, opts ...Option) pgx.Tx {
 		t.Fatal(fmt.Errorf("pgtest: NewTx: %w", err))
 	}
 	tx := &sharedTx{Tx: begun}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if status := c.Conn().PgConn().TxStatus(); tx.ended.Load() == "commit" || (status == 'I' && tx.ended.Load() != "rollback") {
-			t.Errorf("pgtest: NewTx: the test committed (COMMIT, or a statement after its transaction ended): "+
-				"what it committed would show to later NewTx tests; the shared database %s is replaced", d.name)
-			s.retireTxDB(d)
-		}
-		err := tx.Tx.Rollback(ctx)
-		if err == nil || errors.Is(err, pgx.ErrTxClosed) {
-			// What a transaction's rollback leaves of a session: prepared
-			// statements (pgx's cache forgets its own), cursors, advisory
-			// locks, LISTEN, settings, temporary tables.
-			if err = c.Conn().DeallocateAll(ctx); err == nil {
-				_, err = c.Conn().PgConn().Exec(ctx, "discard all").ReadAll()
-			}
-		}
-		if err != nil {
-			_ = c.Conn().Close(ctx) // the pool replaces it
-		}
+	if err := c.QueryRow(ctx, "select now(), txid_current()").Scan(&tx.start, &tx.xid); err != nil {
+		_ = c.Conn().Close(ctx)
 		c.Release()
-	})
+		t.Fatal(fmt.Errorf("pgtest: NewTx: %w", err))
+	}
+	t.Cleanup(func() { s.endTx(t, c, tx, d) })
 	return tx
+}
+
+// endTx rolls back a NewTx test's transaction and resets its session,
+// failing the test if it ended the transaction itself other than by a
+// rollback: its transaction committed (Commit, COMMIT, or COMMIT then
+// BEGIN), or another one runs (a transaction's start time, now(), is not
+// the one recorded at Begin).
+func (s *Server) endTx(t testing.TB, c *pgxpool.Conn, tx *sharedTx, d *txDB) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ended := tx.ended.Load() == "commit"
+	if c.Conn().PgConn().TxStatus() == 'T' {
+		var now time.Time
+		err := c.QueryRow(ctx, "select now()").Scan(&now)
+		ended = ended || err != nil || !now.Equal(tx.start)
+	}
+	err := tx.Tx.Rollback(ctx)
+	if err == nil || errors.Is(err, pgx.ErrTxClosed) {
+		var status string
+		if err = c.QueryRow(ctx, "select coalesce(txid_status($1), 'unknown')", tx.xid).Scan(&status); err != nil || status != "aborted" {
+			ended = true
+		}
+	}
+	if ended {
+		t.Errorf("pgtest: NewTx: the test ended its transaction (COMMIT, or ROLLBACK or COMMIT then BEGIN): "+
+			"what it committed would show to later NewTx tests; the shared database %s is replaced", d.name)
+		s.retireTxDB(d)
+	}
+	if err == nil {
+		// What a transaction's rollback leaves of a session: prepared
+		// statements (pgx's cache forgets its own), cursors, advisory
+		// locks, LISTEN, settings, temporary tables.
+		if err = c.Conn().DeallocateAll(ctx); err == nil {
+			_, err = c.Conn().PgConn().Exec(ctx, "discard all").ReadAll()
+		}
+	}
+	if err != nil {
+		_ = c.Conn().Close(ctx) // the pool replaces it
+	}
+	c.Release()
 }
 
 // sharedTx is NewTx's transaction: it records how the test ended it.
 type sharedTx struct {
 	pgx.Tx
+	start time.Time    // now() in the transaction begun
+	xid   int64        // its transaction id, assigned at Begin
 	ended atomic.Value // "commit" or "rollback"
 }
 

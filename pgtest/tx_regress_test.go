@@ -40,8 +40,8 @@ func TestNewTxRegressCommitDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.end()
-	if len(r.errs) != 1 || !strings.Contains(r.errs[0], "committed") {
-		t.Errorf("errors reported: %q, want one saying the test committed", r.errs)
+	if len(r.errs) != 1 || !strings.Contains(r.errs[0], "ended its transaction") {
+		t.Errorf("errors reported: %q, want one saying the test ended its transaction", r.errs)
 	}
 	next := srv.NewTx(t)
 	var n int
@@ -82,5 +82,43 @@ func TestNewTxRegressPrepareReset(t *testing.T) {
 				t.Fatalf("test %d: %v", i, err)
 			}
 		})
+	}
+}
+
+// A test that sends ROLLBACK as a statement is not told it committed.
+func TestNewTxRegressRollbackStatement(t *testing.T) {
+	srv := pgtest.NewServer(t)
+	r := &recordingTB{TB: t}
+	tx := srv.NewTx(r)
+	if _, err := tx.Exec(ctxT(t, 30*time.Second), "rollback"); err != nil {
+		t.Fatal(err)
+	}
+	r.end()
+	if len(r.errs) != 0 {
+		t.Errorf("errors reported for a ROLLBACK statement: %q", r.errs)
+	}
+}
+
+// A test that commits and begins again fails, though its session is in a
+// transaction at cleanup, and no later NewTx test sees what it committed.
+func TestNewTxRegressCommitBegin(t *testing.T) {
+	srv := pgtest.NewServer(t)
+	tbl := "leak_" + pgtest.RandomToken()
+	r := &recordingTB{TB: t}
+	tx := srv.NewTx(r)
+	if _, err := tx.Exec(ctxT(t, 30*time.Second), "create table "+tbl+" (x int); commit; begin"); err != nil {
+		t.Fatal(err)
+	}
+	r.end()
+	if len(r.errs) != 1 || !strings.Contains(r.errs[0], "ended its transaction") {
+		t.Errorf("errors reported: %q, want one saying the test ended its transaction", r.errs)
+	}
+	next := srv.NewTx(t)
+	var n int
+	if err := next.QueryRow(ctxT(t, 30*time.Second), "select count(*) from pg_tables where tablename = $1", tbl).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("an earlier NewTx test's committed table %s is visible", tbl)
 	}
 }
