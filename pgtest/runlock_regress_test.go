@@ -116,3 +116,24 @@ func TestWatchdogRegressPooledLockGone(t *testing.T) {
 		t.Errorf("live pooled run's database %s dropped by a direct run", db.Name)
 	}
 }
+
+// At Close a run drops only the databases it makes, not another whose
+// name merely starts like theirs.
+func TestSweepRegressCloseDropsOnlyRunNames(t *testing.T) {
+	srv := pgtest.NewServer(t)
+	a := runOn(t, srv.DSN())
+	defer a.Close()
+	db, err := a.CreateDatabase(ctxT(t, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Join(strings.Split(db.Name, "_")[:2], "_") + "_notmade"
+	execAll(t, srv.DSN(), "create database "+other)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if dbExists(t, srv.DSN(), db.Name) || !dbExists(t, srv.DSN(), other) {
+		t.Errorf("after Close: %s exists: %v (want false), %s exists: %v (want true)",
+			db.Name, dbExists(t, srv.DSN(), db.Name), other, dbExists(t, srv.DSN(), other))
+	}
+}

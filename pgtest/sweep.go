@@ -19,8 +19,12 @@ import (
 //   - Before it makes any, the run takes a session advisory lock on its run
 //     id (runLockSpace, the id) on a session it keeps until [Server.Close],
 //     with keepalives and none of the server's idle timeouts. A watchdog
-//     checks that session and, should it be lost, logs it and takes the
-//     lock again (Close returns an error if it could not).
+//     checks in pg_locks that the lock is still granted to that session;
+//     a slow check is waited for, not taken for a loss. Should the
+//     session break or the lock be gone, it logs it and takes the lock
+//     again on a new session, queued behind the old one if that still
+//     holds it; Close returns an error if another backend held the lock
+//     meanwhile or it could not be taken back.
 //   - A run is alive while any backend, in any database of the server,
 //     holds its lock: pg_locks says so server-wide, whatever maintenance
 //     database each run connects to. A run starting sweeps: for each other
@@ -39,12 +43,17 @@ import (
 //   - A Migrator's template (pgtest_tpl_<digest>) belongs to no run: later
 //     runs reuse it. It exists under that name only once complete.
 //
-// So a live run's databases are never dropped while its lock session
-// lives. A run whose lock session ends while it goes on (the server
-// restarted, the backend terminated), until its watchdog takes the lock
-// back, is taken for dead: a run starting then may drop those of its
-// databases that have no session (a run's databases in use always have
-// one).
+// So a live run's databases are never dropped while its lock is held.
+// A run whose lock session ends while it goes on (the server restarted,
+// the backend terminated, a pooler closed the server session), until its
+// watchdog takes the lock back (up to one check period, 5 s, and a
+// reconnect), is taken for dead: a run starting then may drop those of
+// its databases that have no session at that moment. A database a test
+// is using has one; an idle one does not: one made by [Server.CreateDatabase]
+// whose test holds no connection to it just then, or one kept for a failed
+// test. Close reports the loss only if, taking the lock back, the
+// watchdog saw another backend hold it or could not get it: a sweep over
+// and done by then goes unreported.
 
 // runDB matches exactly the databases a run makes and captures the run id.
 var runDB = regexp.MustCompile(`^pgtest_([0-9a-f]{8})_([0-9a-f]{12}|template)$`)
@@ -132,6 +141,9 @@ func (s *Server) dropRun(ctx context.Context) error {
 	}
 	var errs []error
 	for _, name := range names {
+		if m := runDB.FindStringSubmatch(name); m == nil || m[1] != s.runID {
+			continue // named like a run's database, but not one a run makes
+		}
 		s.mu.Lock()
 		_, keep := s.kept[name]
 		s.mu.Unlock()
