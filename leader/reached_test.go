@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/internal/logtest"
 	"github.com/pglocks/pglocks/leader"
@@ -58,6 +59,17 @@ func TestFollowerBehindLeaderStopsCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = locker.Close(context.Background()) })
+	// The Locker's first connection proves the server's locks exclude by
+	// sending its own try and unlock statements: have that done, and the
+	// session's last statement be an unlock, before the follower's tries
+	// are looked for below.
+	warm, err := locker.TryLock(ctx, pglocks.KeyOf("warm-up"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 	rec, log := logtest.New()
 	b, err := leader.New(leader.Config{Name: "behind", Pool: limited, Locker: locker, Identity: "b",
 		RetryInterval: 50 * time.Millisecond, Logger: log})
