@@ -102,10 +102,7 @@ func (n *patroniNode) postmasterPID() int {
 // PostgreSQL is left.
 func (n *patroniNode) stop() {
 	n.proc.stop(30 * time.Second)
-	if pid := n.postmasterPID(); pid > 0 && syscall.Kill(pid, syscall.SIGQUIT) == nil {
-		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
-			time.Sleep(50 * time.Millisecond) // the postmaster is no child of ours: poll its end
-		}
+	if pid := n.postmasterPID(); pid > 0 && syscall.Kill(pid, syscall.SIGQUIT) == nil && !waitDead(pid, 5*time.Second) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
