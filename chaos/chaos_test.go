@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
@@ -96,9 +98,12 @@ func TestLeaderChaos(t *testing.T) { mustHold(t, run(t, "leader", runOpts{})) }
 // counted in acquisitions of the lease semaphore that returned, whatever
 // their outcome: 200 (or 15 s), or CHAOS_OPS, or 10,000 with
 // PGLOCKS_STRESS=1.
-func TestSemaphoreChaos(t *testing.T) {
-	mustHold(t, run(t, "semaphore", runOpts{workers: 4, goroutines: 8, counted: opPermits,
-		defaultOps: 200, defaultTime: 15 * time.Second, stressOps: 10000, extraFaults: []string{fTermHolder}}))
+func TestSemaphoreChaos(t *testing.T) { mustHold(t, run(t, "semaphore", semaphoreOpts())) }
+
+// semaphoreOpts is the semaphore workload's shape and size.
+func semaphoreOpts() runOpts {
+	return runOpts{workers: 4, goroutines: 8, counted: opPermits,
+		defaultOps: 200, defaultTime: 15 * time.Second, stressOps: 10000, extraFaults: []string{fTermHolder}}
 }
 
 // TestLeasePromoteChaos runs the lease workload on a primary with a
@@ -170,9 +175,10 @@ func mustHold(t *testing.T, r report) {
 type runOpts struct {
 	plant           string
 	faults          []string
-	lazyWAL         bool // no guarded writes; the WAL writer sleeps 10 s
-	promote         bool // on a primary with a synchronous standby, workers without proxies
-	plainReads      bool // with promote: reads that do not wait for the standby
+	lazyWAL         bool            // no guarded writes; the WAL writer sleeps 10 s
+	promote         bool            // on a primary with a synchronous standby, workers without proxies
+	patroni         *pgtest.Patroni // on this Patroni cluster, in a database of the run's own
+	plainReads      bool            // with promote: reads that do not wait for the standby
 	stopOnViolation bool
 
 	workers, goroutines int      // worker processes and clients in each (default 3 and 4)
@@ -189,6 +195,14 @@ type runOpts struct {
 func (o runOpts) size(t *testing.T, rc *runConfig) {
 	rc.workers = max(rc.workers, o.workers)
 	rc.counted = o.counted
+	defer func() {
+		if o.patroni != nil {
+			// A bound only: the run ends once it has its operations and
+			// has injected every Patroni fault (patroniRun.covered).
+			rc.maxTime = max(rc.maxTime, patroniMaxTime)
+		}
+		t.Logf("size: %d %q operations within %v", rc.ops, rc.counted, rc.maxTime)
+	}()
 	if os.Getenv("CHAOS_OPS") != "" {
 		return
 	}
@@ -197,10 +211,7 @@ func (o runOpts) size(t *testing.T, rc *runConfig) {
 		rc.ops, rc.maxTime = o.stressOps, time.Duration(o.stressOps/15+20)*time.Second
 	case o.defaultOps > 0:
 		rc.ops, rc.maxTime = o.defaultOps, o.defaultTime
-	default:
-		return
 	}
-	t.Logf("size: %d %q operations within %v", rc.ops, rc.counted, rc.maxTime)
 }
 
 // run runs a workload and returns its report.
@@ -208,7 +219,9 @@ func run(t *testing.T, workload string, o runOpts) report {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	t.Parallel()
+	if o.patroni == nil {
+		t.Parallel() // a Patroni leg's runs take turns on its one cluster
+	}
 	rc := configFromEnv(t)
 	o.size(t, &rc)
 	if o.stopOnViolation {
@@ -218,19 +231,13 @@ func run(t *testing.T, workload string, o runOpts) report {
 		// too few operations to meet it).
 		rc.ops, rc.maxTime = max(rc.ops, 20000), max(rc.maxTime, 120*time.Second)
 	}
-	var db *pgtest.DB
-	var ha *pgtest.Cluster
-	if o.promote {
-		db, ha = runClusterDB(t)
-	} else {
-		db = runDB(t)
-	}
+	tg := runTarget(t, workload, o)
 	ctx := t.Context()
-	if _, err := adminPool(t, db).Exec(ctx, "insert into protected (name) select 'n' || i from generate_series(0, $1 - 1) i", rc.names); err != nil {
+	if _, err := tg.admin.Exec(ctx, "insert into protected (name) select 'n' || i from generate_series(0, $1 - 1) i", rc.names); err != nil {
 		t.Fatal(err)
 	}
 	if workload == "semaphore" { // a protected row per lease permit slot
-		if _, err := adminPool(t, db).Exec(ctx, "insert into protected (name) select $1 || '#' || i from generate_series(0, $2 - 1) i", semName, semLimit); err != nil {
+		if _, err := tg.admin.Exec(ctx, "insert into protected (name) select $1 || '#' || i from generate_series(0, $2 - 1) i", semName, semLimit); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,7 +248,7 @@ func run(t *testing.T, workload string, o runOpts) report {
 	if o.plant != "" {
 		env = append(env, envPlant+"="+o.plant)
 	}
-	if o.promote && !o.plainReads {
+	if (o.promote || o.patroni != nil) && !o.plainReads {
 		// A commit cut short while it waits for the synchronous standby
 		// (its backend terminated) is visible on the primary at once, and
 		// a promotion can then lose it (lease TestSyncCommitCutShort): a
@@ -253,13 +260,16 @@ func run(t *testing.T, workload string, o runOpts) report {
 	if o.lazyWAL {
 		env = append(env, envNoWrites+"=1")
 		for _, sql := range []string{"alter system set wal_writer_delay = '10s'", "select pg_reload_conf()"} {
-			if _, err := adminPool(t, db).Exec(ctx, sql); err != nil {
+			if _, err := tg.admin.Exec(ctx, sql); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	c := newCluster(t, db, ha, rc.workers, env...)
+	c := newCluster(t, tg, rc.workers, env...)
 	kinds := []string{fTerminate, fKill, fStop, fRestart, fCrash, fLostReply, fPartition}
+	if o.patroni != nil {
+		kinds = patroniLegFaults()
+	}
 	if k := os.Getenv("CHAOS_FAULTS"); k != "" {
 		kinds = strings.Split(k, ",")
 	}
@@ -267,14 +277,45 @@ func run(t *testing.T, workload string, o runOpts) report {
 		kinds = o.faults
 	}
 	kinds = append(kinds, o.extraFaults...)
+	if tg.pat != nil {
+		kinds = tg.pat.take(kinds)
+		t.Logf("Patroni faults: %v", tg.pat.kinds)
+	}
 	sched := schedule(rc.seed, rc.maxTime, rc.workers, kinds)
 	t.Logf("%d faults scheduled over at most %v, first: %v", len(sched), rc.maxTime, sched[:min(5, len(sched))])
 	faults := runFaults(t, c, rc, sched, o.stopOnViolation)
 	c.shutdown()
 	r := check(c, rc)
 	r.faults, r.seed = faults, rc.seed
+	if tg.pat != nil {
+		r.failovers = tg.pat.failovers(c.history())
+	}
 	t.Log("\n" + r.String())
 	return r
+}
+
+// target is where a run's workers connect: a database on a server of its
+// own (db), on a primary with a synchronous standby (db and ha), or on a
+// Patroni cluster (pat); admin is the harness's pool on it.
+type target struct {
+	db    *pgtest.DB
+	ha    *pgtest.Cluster
+	pat   *patroniRun
+	admin *pgxpool.Pool
+}
+
+// runTarget makes a run's database: on a server of its own, on a primary
+// with a synchronous standby (o.promote), or on o.patroni's cluster.
+func runTarget(t *testing.T, workload string, o runOpts) target {
+	switch {
+	case o.patroni != nil:
+		return patroniTarget(t, o.patroni, workload)
+	case o.promote:
+		db, ha := runClusterDB(t)
+		return target{db: db, ha: ha, admin: adminPool(t, db)}
+	}
+	db := runDB(t)
+	return target{db: db, admin: adminPool(t, db)}
 }
 
 // runFaults plays the schedule until the workers have returned rc.ops
@@ -283,14 +324,19 @@ func run(t *testing.T, workload string, o runOpts) report {
 func runFaults(t *testing.T, c *cluster, rc runConfig, sched []fault, stopOnViolation bool) map[string]int {
 	ctx, cancel := context.WithTimeout(t.Context(), rc.maxTime)
 	defer cancel()
-	res := make(chan map[string]int, 1)
+	res := make(chan map[string]int, 2)
 	go func() { res <- play(ctx, sched, rc.seed, c, t.Logf) }()
+	players := 1
+	if c.pat != nil {
+		players++
+		go func() { res <- c.pat.play(ctx, rc.seed, c) }()
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for i := 0; ctx.Err() == nil; i++ {
 		select {
 		case <-tick.C:
-			if c.returned(rc.counted) >= rc.ops {
+			if c.returned(rc.counted) >= rc.ops && (c.pat == nil || c.pat.covered()) {
 				cancel()
 			}
 			if stopOnViolation && i%2 == 1 && len(analyse(c.history()).violations) > 0 {
@@ -299,5 +345,12 @@ func runFaults(t *testing.T, c *cluster, rc runConfig, sched []fault, stopOnViol
 		case <-ctx.Done():
 		}
 	}
-	return <-res
+	done := map[string]int{}
+	for range players {
+		maps.Copy(done, <-res) // the players' kinds differ
+	}
+	if c.pat != nil && !c.pat.covered() {
+		t.Errorf("the run ended (%v) before every Patroni fault of %v was injected and recovered from", rc.maxTime, c.pat.kinds)
+	}
+	return done
 }

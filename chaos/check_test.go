@@ -21,6 +21,7 @@ type report struct {
 	checker    time.Duration
 	linResult  string
 	permits    map[string]int // semaphore → the most permits trusted at once
+	failovers  []failover     // a Patroni leg's
 	violations []string
 }
 
@@ -32,6 +33,9 @@ func (r report) String() string {
 	}
 	fmt.Fprintf(&b, "operations: %d  (%s)\n", total, table(r.ops))
 	fmt.Fprintf(&b, "faults:     %s\n", table(r.faults))
+	for _, f := range r.failovers {
+		fmt.Fprintf(&b, "failover:   %s\n", f)
+	}
 	fmt.Fprintf(&b, "porcupine:  %s in %v\n", r.linResult, r.checker.Round(time.Millisecond))
 	if len(r.permits) > 0 {
 		fmt.Fprintf(&b, "permits:    %s (the most trusted at once, limit %d)\n", table(r.permits), semLimit)

@@ -21,11 +21,12 @@ import (
 // server they share.
 type cluster struct {
 	t     *testing.T
-	db    *pgtest.DB
+	db    *pgtest.DB // nil on a Patroni cluster
 	admin *pgxpool.Pool
 	dir   string
 	env   []string        // extra environment of every worker
 	ha    *pgtest.Cluster // the run's primary and standby, if it has them
+	pat   *patroniRun     // the run's Patroni cluster and its faults, if on one
 
 	mu      sync.Mutex
 	slots   []*slot
@@ -52,22 +53,26 @@ type slot struct {
 	done  chan struct{}
 }
 
-// newCluster starts the workers of a run on db. With ha (a primary and a
-// standby) the workers connect through its multi-host DSN, which follows a
-// promotion, and have no proxies (no lost-reply or partition faults).
-func newCluster(t *testing.T, db *pgtest.DB, ha *pgtest.Cluster, workers int, env ...string) *cluster {
-	c := &cluster{t: t, db: db, ha: ha, admin: adminPool(t, db), dir: t.TempDir(), env: env}
-	var opts []pgtest.ProxyOption
-	if db.Server.Mode() == pgtest.ModeLocal {
-		opts = append(opts, pgtest.Partitionable()) // partition faults need it
-	}
-	for range workers {
-		if ha != nil {
-			c.slots = append(c.slots, &slot{dsn: db.DSN})
-			continue
+// newCluster starts the workers of a run on tg. On a cluster (ha or pat)
+// the workers connect through a DSN that follows a failover (a multi-host
+// DSN, or HAProxy), and have no proxies (no lost-reply or partition
+// faults).
+func newCluster(t *testing.T, tg target, workers int, env ...string) *cluster {
+	c := &cluster{t: t, db: tg.db, ha: tg.ha, pat: tg.pat, admin: tg.admin, dir: t.TempDir(), env: env}
+	for i := range workers {
+		switch {
+		case tg.pat != nil:
+			c.slots = append(c.slots, &slot{dsn: tg.pat.workerDSN(i)})
+		case tg.ha != nil:
+			c.slots = append(c.slots, &slot{dsn: tg.db.DSN})
+		default:
+			var opts []pgtest.ProxyOption
+			if tg.db.Server.Mode() == pgtest.ModeLocal {
+				opts = append(opts, pgtest.Partitionable()) // partition faults need it
+			}
+			p, dsn := tg.db.Proxy(t, opts...)
+			c.slots = append(c.slots, &slot{proxy: p, dsn: dsn})
 		}
-		p, dsn := db.Proxy(t, opts...)
-		c.slots = append(c.slots, &slot{proxy: p, dsn: dsn})
 	}
 	for i := range c.slots {
 		if err := c.spawn(i); err != nil {
@@ -126,7 +131,24 @@ func (c *cluster) terminate(ctx context.Context, pick func(n int) int) error {
 	if err != nil {
 		return err
 	}
-	return c.db.Server.TerminateBackend(ctx, pids[pick(len(pids))])
+	return c.terminateBackend(ctx, pids[pick(len(pids))])
+}
+
+// terminateBackend ends the worker session pid and returns once it is
+// gone: through pgtest on a server of its own, with pg_terminate_backend
+// and its wait on the primary of a Patroni cluster.
+func (c *cluster) terminateBackend(ctx context.Context, pid uint32) error {
+	if c.db != nil {
+		return c.db.Server.TerminateBackend(ctx, pid)
+	}
+	var ok bool
+	if err := c.admin.QueryRow(ctx, "select pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil {
+		return fmt.Errorf("terminate backend %d: %w", pid, err)
+	}
+	if !ok {
+		return fmt.Errorf("terminate backend %d: no such backend", pid)
+	}
+	return nil
 }
 
 // termHolder terminates the session of a holder of an advisory lock —
@@ -146,17 +168,23 @@ func (c *cluster) termHolder(ctx context.Context, pick func(n int) int) error {
 	if len(pids) == 0 {
 		return c.terminate(ctx, pick)
 	}
-	return c.db.Server.TerminateBackend(ctx, pids[pick(len(pids))])
+	return c.terminateBackend(ctx, pids[pick(len(pids))])
 }
 
 // crash SIGKILLs the backend of a worker session: the postmaster ends
 // every other session and recovers from the WAL on disk, losing whatever
 // was committed but not yet written (asynchronous commits). It returns
-// once the server answers again. A local server only: its backends are
-// processes of this machine.
+// once the server answers again. A local server only (a Patroni cluster's
+// nodes are): its backends are processes of this machine.
 func (c *cluster) crash(ctx context.Context, pick func(n int) int) error {
-	if c.db.Server.Mode() != pgtest.ModeLocal {
+	if c.db != nil && c.db.Server.Mode() != pgtest.ModeLocal {
 		return fmt.Errorf("crash needs a local server, have %s", c.db.Server.Mode())
+	}
+	if c.pat != nil {
+		if !c.pat.busy.TryLock() {
+			return errors.New("skipped: a Patroni fault is under way")
+		}
+		defer c.pat.busy.Unlock()
 	}
 	pids, err := c.workerPids(ctx)
 	if err != nil {
@@ -264,7 +292,7 @@ func (c *cluster) cutShort(ctx context.Context) error {
 		}
 		for _, pid := range pids {
 			// Gone already (its process killed, say): nothing to cut short.
-			_ = c.db.Server.TerminateBackend(ctx, pid)
+			_ = c.terminateBackend(ctx, pid)
 		}
 	}
 	pause(ctx, 300*time.Millisecond)
@@ -303,6 +331,9 @@ func (c *cluster) partition(i int, d time.Duration) error {
 // restart restarts the server; the end of the run does not interrupt it
 // (a server left down would fail the checks that follow).
 func (c *cluster) restart(ctx context.Context) error {
+	if c.db == nil {
+		return errors.New("restart needs a pgtest server (on Patroni: kill-postmaster)")
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	err := c.db.Server.Restart(ctx)
