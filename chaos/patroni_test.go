@@ -99,12 +99,17 @@ type patroniRun struct {
 	kinds []pgtest.PatroniFault
 
 	// busy is held by a Patroni fault, from the wait for a synchronous
-	// standby until a new primary accepts writes, and by a crash (cluster.crash), which
-	// is skipped while a Patroni fault is under way: a crash of the
-	// primary's server drops its replication connection, and until the
-	// standby is streaming again Patroni (rightly) names no synchronous
-	// standby and promotes nobody — a node SIGKILLed then is never
-	// replaced (seen: 4 minutes without a primary).
+	// standby to the end of the recovery, and by a crash (cluster.crash),
+	// which is skipped while a Patroni fault is under way. A crash of the
+	// primary's server ends its replication connections: until the
+	// standby streams again, Patroni (rightly) names no synchronous
+	// standby and promotes nobody, so that a node SIGKILLed then is not
+	// replaced (seen: 4 minutes without a primary). And a crash of the
+	// new primary while the old one is being rewound left the old one's
+	// data directory half-copied (pg_rewind: "unexpected result while
+	// fetching remote files"; then "could not load pg_hba.conf"), which
+	// Patroni 3.0.2 does not repair without
+	// remove_data_directory_on_rewind_failure (seen once).
 	busy sync.Mutex
 
 	mu   sync.Mutex
@@ -120,8 +125,7 @@ type failover struct {
 	// Writable: until the new primary accepted a write (pgtest's poller;
 	// Patroni's part). Resumed: until the workers' operations were
 	// acknowledged again, at the end of the longest gap between
-	// acknowledgements after At (-1: none within 30 s of Writable, or
-	// before the next fault).
+	// acknowledgements from At to 5 s after Writable (-1: none then).
 	// Recovered: until a synchronous standby was back.
 	Writable, Resumed, Recovered time.Duration
 }
@@ -269,13 +273,12 @@ func (pr *patroniRun) inject(ctx context.Context, k pgtest.PatroniFault, c *clus
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*time.Minute)
 	defer cancel()
 	pr.busy.Lock()
+	defer pr.busy.Unlock()
 	if _, err := pr.p.WaitSynchronous(ctx); err != nil { // after a crash, say
-		pr.busy.Unlock()
 		return failover{}, err
 	}
 	at := mono()
 	fo, err := pr.p.Fault(ctx, k)
-	pr.busy.Unlock() // a new primary is writable: a crash now delays the recovery only
 	if fo == nil {
 		return failover{}, err
 	}
@@ -305,7 +308,7 @@ func (pr *patroniRun) failovers(evs []event) []failover {
 	defer pr.mu.Unlock()
 	out := slices.Clone(pr.done) // in the order injected
 	for i, f := range out {
-		until := f.At + int64(f.Writable+30*time.Second)
+		until := f.At + int64(f.Writable+5*time.Second)
 		if i+1 < len(out) {
 			until = min(until, out[i+1].At)
 		}
@@ -341,7 +344,7 @@ func sortedFrom(acks []int64, at int64) int {
 }
 
 func (f failover) String() string {
-	res := "never (within 30 s of writable)"
+	res := "never (within 5 s of writable)"
 	if f.Resumed >= 0 {
 		res = fmt.Sprintf("%v (%+v after writable)", ms(f.Resumed), ms(f.Resumed-f.Writable))
 	}
