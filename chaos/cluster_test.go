@@ -199,15 +199,16 @@ func (c *cluster) crash(ctx context.Context, pick func(n int) int) error {
 	// would fail the next check with an unexpected EOF); a ping fails
 	// until a new one connects after the recovery.
 	c.admin.Reset()
-	for {
-		if err := c.admin.Ping(ctx); err == nil {
-			return nil
-		}
+	for c.admin.Ping(ctx) != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		pause(ctx, 50*time.Millisecond)
 	}
+	if c.pat != nil {
+		return c.pat.waitStreaming(ctx, c.admin)
+	}
+	return nil
 }
 
 func (c *cluster) kill(i int) error {

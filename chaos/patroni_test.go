@@ -255,7 +255,13 @@ func (pr *patroniRun) play(ctx context.Context, seed uint64, c *cluster) map[str
 		if i < len(first) {
 			k = pr.kinds[first[i]]
 		}
-		f, err := pr.inject(ctx, k, c)
+		f, injected, err := pr.inject(ctx, k, c)
+		if err != nil && !injected {
+			// Refused (a switchover while Patroni names no synchronous
+			// standby, say), the cluster as it was: logged, not counted.
+			c.t.Logf("Patroni fault %s not injected: %v", k, err)
+			continue
+		}
 		if err != nil {
 			// The cluster did not recover: the faults that follow would
 			// test nothing but that.
@@ -268,30 +274,50 @@ func (pr *patroniRun) play(ctx context.Context, seed uint64, c *cluster) map[str
 	}
 }
 
-// inject injects k, waits for the cluster to recover, and records it.
-func (pr *patroniRun) inject(ctx context.Context, k pgtest.PatroniFault, c *cluster) (failover, error) {
+// inject injects k, waits for the cluster to recover, and records it. It
+// reports whether k was injected: if not, the cluster is as it was.
+func (pr *patroniRun) inject(ctx context.Context, k pgtest.PatroniFault, c *cluster) (failover, bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*time.Minute)
 	defer cancel()
 	pr.busy.Lock()
 	defer pr.busy.Unlock()
 	if _, err := pr.p.WaitSynchronous(ctx); err != nil { // after a crash, say
-		return failover{}, err
+		return failover{}, true, err // not injected, but not as it was either
 	}
 	at := mono()
 	fo, err := pr.p.Fault(ctx, k)
 	if fo == nil {
-		return failover{}, err
+		return failover{}, false, err
 	}
 	f := failover{Kind: string(k), Old: fo.Old, New: fo.New, At: at, Writable: fo.Writable}
 	if rerr := fo.Recover(ctx); rerr != nil || err != nil {
-		return f, fmt.Errorf("fault: %v; recover: %v", err, rerr)
+		return f, true, fmt.Errorf("fault: %v; recover: %v", err, rerr)
 	}
 	f.Recovered = time.Duration(mono() - at)
 	c.admin.Reset() // sessions on the old primary are gone
 	pr.mu.Lock()
 	pr.done = append(pr.done, f)
 	pr.mu.Unlock()
-	return f, nil
+	return f, true, nil
+}
+
+// waitStreaming waits until the primary (admin's) has a synchronous
+// standby streaming again after a crash, which ended its replication
+// connections: until then Patroni may drop the standby from its sync key
+// (a switchover is refused, a failover promotes nobody), and its REST API
+// can still answer from the key as it was before the crash.
+func (pr *patroniRun) waitStreaming(ctx context.Context, admin *pgxpool.Pool) error {
+	for {
+		var n int
+		err := admin.QueryRow(ctx, "select count(*) from pg_stat_replication where state = 'streaming' and sync_state = 'sync'").Scan(&n)
+		if err == nil && n > 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("no synchronous standby streaming after the crash: %v", err)
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
 }
 
 // failovers returns the run's failovers with the time the workers took to
