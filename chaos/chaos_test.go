@@ -178,6 +178,7 @@ type runOpts struct {
 	lazyWAL         bool            // no guarded writes; the WAL writer sleeps 10 s
 	promote         bool            // on a primary with a synchronous standby, workers without proxies
 	patroni         *pgtest.Patroni // on this Patroni cluster, in a database of the run's own
+	brokenFor       time.Duration   // with patroni: one Patroni fault, no recovery, the run goes on this long after it
 	plainReads      bool            // with promote: reads that do not wait for the standby
 	stopOnViolation bool
 
@@ -309,7 +310,7 @@ type target struct {
 func runTarget(t *testing.T, workload string, o runOpts) target {
 	switch {
 	case o.patroni != nil:
-		return patroniTarget(t, o.patroni, workload)
+		return patroniTarget(t, o.patroni, workload, o.brokenFor)
 	case o.promote:
 		db, ha := runClusterDB(t)
 		return target{db: db, ha: ha, admin: adminPool(t, db)}

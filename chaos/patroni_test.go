@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -97,6 +96,10 @@ type patroniRun struct {
 	p     *pgtest.Patroni
 	db    string
 	kinds []pgtest.PatroniFault
+	// leftBroken: one fault only, and no recovery (see
+	// TestPatroniChaosPause); the run goes on for settle after it.
+	leftBroken bool
+	settle     time.Duration
 
 	// busy is held by a Patroni fault, from the wait for a synchronous
 	// standby to the end of the recovery, and by a crash (cluster.crash),
@@ -116,26 +119,13 @@ type patroniRun struct {
 	done []failover
 }
 
-// failover is one Patroni fault of a run. Times are from the fault's
-// injection, At, on CLOCK_MONOTONIC like the history's.
-type failover struct {
-	Kind     string
-	Old, New string
-	At       int64
-	// Writable: until the new primary accepted a write (pgtest's poller;
-	// Patroni's part). Resumed: until the workers' operations were
-	// acknowledged again, at the end of the longest gap between
-	// acknowledgements from At to 5 s after Writable (-1: none then).
-	// Recovered: until a synchronous standby was back.
-	Writable, Resumed, Recovered time.Duration
-}
-
 // patroniTarget makes a run's database on p, "chaos_<workload>", with the
-// run's tables.
-func patroniTarget(t *testing.T, p *pgtest.Patroni, workload string) target {
+// run's tables. With brokenFor, the run injects one Patroni fault, does
+// not recover from it, and goes on for brokenFor after it.
+func patroniTarget(t *testing.T, p *pgtest.Patroni, workload string, brokenFor time.Duration) target {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	pr := &patroniRun{p: p, db: "chaos_" + workload}
+	pr := &patroniRun{p: p, db: "chaos_" + workload, leftBroken: brokenFor > 0, settle: brokenFor}
 	conn, err := pgx.Connect(ctx, p.DSN())
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +238,9 @@ func (pr *patroniRun) play(ctx context.Context, seed uint64, c *cluster) map[str
 	first := r.Perm(len(pr.kinds))
 	for i := 0; ; i++ {
 		pause(ctx, time.Duration(1000+r.IntN(3000))*time.Millisecond)
+		if pr.leftBroken && i > 0 {
+			<-ctx.Done()
+		}
 		if ctx.Err() != nil {
 			return done
 		}
@@ -281,19 +274,29 @@ func (pr *patroniRun) inject(ctx context.Context, k pgtest.PatroniFault, c *clus
 	defer cancel()
 	pr.busy.Lock()
 	defer pr.busy.Unlock()
+	// Patroni's REST API answers from each node's cached view of the
+	// DCS: the primary streaming to its synchronous standby is necessary
+	// too (Patroni names a standby in its sync key only once it is).
 	if _, err := pr.p.WaitSynchronous(ctx); err != nil { // after a crash, say
 		return failover{}, true, err // not injected, but not as it was either
+	}
+	if err := pr.waitStreaming(ctx, c.admin); err != nil {
+		return failover{}, true, err
 	}
 	at := mono()
 	fo, err := pr.p.Fault(ctx, k)
 	if fo == nil {
 		return failover{}, false, err
 	}
-	f := failover{Kind: string(k), Old: fo.Old, New: fo.New, At: at, Writable: fo.Writable}
-	if rerr := fo.Recover(ctx); rerr != nil || err != nil {
-		return f, true, fmt.Errorf("fault: %v; recover: %v", err, rerr)
+	f := failover{Kind: string(k), Old: fo.Old, New: fo.New, At: at, Writable: fo.Writable, Recovered: -1}
+	if pr.leftBroken && err == nil {
+		pause(ctx, pr.settle) // no recovery: the cluster stays as the fault left it
+	} else {
+		if rerr := fo.Recover(ctx); rerr != nil || err != nil {
+			return f, true, fmt.Errorf("fault: %v; recover: %v", err, rerr)
+		}
+		f.Recovered = time.Duration(mono() - at)
 	}
-	f.Recovered = time.Duration(mono() - at)
 	c.admin.Reset() // sessions on the old primary are gone
 	pr.mu.Lock()
 	pr.done = append(pr.done, f)
@@ -302,10 +305,10 @@ func (pr *patroniRun) inject(ctx context.Context, k pgtest.PatroniFault, c *clus
 }
 
 // waitStreaming waits until the primary (admin's) has a synchronous
-// standby streaming again after a crash, which ended its replication
-// connections: until then Patroni may drop the standby from its sync key
-// (a switchover is refused, a failover promotes nobody), and its REST API
-// can still answer from the key as it was before the crash.
+// standby streaming, after a crash (which ends its replication
+// connections) or before a Patroni fault: until then Patroni may drop the
+// standby from its sync key (a switchover is refused, a failover promotes
+// nobody), and its REST API can still answer from the key as it was.
 func (pr *patroniRun) waitStreaming(ctx context.Context, admin *pgxpool.Pool) error {
 	for {
 		var n int
@@ -314,101 +317,8 @@ func (pr *patroniRun) waitStreaming(ctx context.Context, admin *pgxpool.Pool) er
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("no synchronous standby streaming after the crash: %v", err)
+			return fmt.Errorf("no synchronous standby streaming: %v", err)
 		}
 		pause(ctx, 50*time.Millisecond)
 	}
-}
-
-// failovers returns the run's failovers with the time the workers took to
-// have operations acknowledged again, read from the history evs.
-func (pr *patroniRun) failovers(evs []event) []failover {
-	var acks []int64
-	for _, e := range evs {
-		if e.K == evRet && e.Res == resOK {
-			acks = append(acks, e.T)
-		}
-	}
-	slices.Sort(acks)
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	out := slices.Clone(pr.done) // in the order injected
-	for i, f := range out {
-		until := f.At + int64(f.Writable+5*time.Second)
-		if i+1 < len(out) {
-			until = min(until, out[i+1].At)
-		}
-		out[i].Resumed = resumed(acks, f.At, until)
-	}
-	return out
-}
-
-// resumed returns, from at, the end of the longest gap between the
-// acknowledgements acks (sorted) in [at, until], at counting as one: the
-// outage the fault caused. -1 if none came after at.
-func resumed(acks []int64, at, until int64) time.Duration {
-	prev, best, end := at, int64(-1), int64(-1)
-	for _, a := range acks[sortedFrom(acks, at):] {
-		if a > until {
-			break
-		}
-		if a-prev > best {
-			best, end = a-prev, a
-		}
-		prev = a
-	}
-	if end < 0 {
-		return -1
-	}
-	return time.Duration(end - at)
-}
-
-// sortedFrom is the index of the first of acks (sorted) at or after at.
-func sortedFrom(acks []int64, at int64) int {
-	i, _ := slices.BinarySearch(acks, at)
-	return i
-}
-
-func (f failover) String() string {
-	res := "never (within 5 s of writable)"
-	if f.Resumed >= 0 {
-		res = fmt.Sprintf("%v (%+v after writable)", ms(f.Resumed), ms(f.Resumed-f.Writable))
-	}
-	return fmt.Sprintf("%s %s→%s: writable %v, operations acknowledged again %s, synchronous standby %v",
-		f.Kind, f.Old, f.New, ms(f.Writable), res, ms(f.Recovered))
-}
-
-func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-
-// failoverSummary gives, per fault kind, p50 and max of the times of fs.
-func failoverSummary(fs []failover) string {
-	by := map[string][]failover{}
-	for _, f := range fs {
-		by[f.Kind] = append(by[f.Kind], f)
-	}
-	var b strings.Builder
-	b.WriteString("fault: n, writable p50/max, operations acknowledged again p50/max (after writable p50/max), synchronous standby p50/max\n")
-	for _, k := range slices.Sorted(maps.Keys(by)) {
-		var w, r, o, s []time.Duration
-		never := 0
-		for _, f := range by[k] {
-			w, s = append(w, f.Writable), append(s, f.Recovered)
-			if f.Resumed < 0 {
-				never++
-				continue
-			}
-			r, o = append(r, f.Resumed), append(o, f.Resumed-f.Writable)
-		}
-		fmt.Fprintf(&b, "  %s: %d, %s, %s (%s; never %d), %s\n", k, len(by[k]), p50max(w), p50max(r), p50max(o), never, p50max(s))
-	}
-	return b.String()
-}
-
-// p50max prints the median and the maximum of ds.
-func p50max(ds []time.Duration) string {
-	if len(ds) == 0 {
-		return "-"
-	}
-	slices.Sort(ds)
-	return fmt.Sprintf("%v/%v", ms(ds[(len(ds)-1)/2]), ms(ds[len(ds)-1]))
 }
