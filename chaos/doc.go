@@ -56,6 +56,32 @@
 // re-checks one (TestCheckDump; the history oracles, not the final
 // counter and leftover checks, which need the run's server).
 //
+// TestPatroniChaos (opt-in: PGLOCKS_PATRONI=1; some 7 minutes) runs the
+// four workloads, one after another, each in a database of its own on one
+// real Patroni cluster (pgtest.NewPatroni: two nodes, synchronous mode,
+// etcd, HAProxy), the even worker slots on its multi-host DSN
+// (target_session_attrs=read-write), the odd ones through HAProxy, with
+// no proxies. Faults: terminations (and termholder), kills and stops of
+// workers, crashes of the primary's server, and the Patroni faults of
+// patroniFaults (patronictl switchover, SIGKILL of the primary's
+// postmaster, SIGKILL of the primary's Patroni and postmaster together),
+// which a player of their own injects one at a time beside the schedule,
+// each once the primary streams to a synchronous standby, and each
+// followed by its recovery (a synchronous standby again) before a crash
+// may strike. Append a fault there as pgtest offers more; CHAOS_FAULTS
+// may name any fault pgtest's Patroni.Fault knows. A run has the
+// workload's default size and at least one of each Patroni fault
+// (5 minutes at most), reads lock the row as in the promotion run, and
+// the oracles are the same; each run reports its failovers: fault → new
+// primary writable (pgtest's poller), → the workers' operations
+// acknowledged again, → a synchronous standby again.
+// TestPatroniChaosPause (CHAOS_PATRONI_PAUSE=1 as well) runs the lease
+// workload on a cluster of its own through one pgtest.FaultPauseLong and
+// only logs what the oracles report: with Debian's Patroni 3.0.2 a
+// paused primary takes the leader key back when continued and the
+// promoted node's acknowledged commits are lost (docs/compatibility.md),
+// which is why the synchronous leg leaves the pause out.
+//
 // The oracles:
 //
 //   - linearizability of each name's history, checked with porcupine against

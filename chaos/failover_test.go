@@ -77,12 +77,16 @@ func (f failover) String() string {
 	if f.Resumed >= 0 {
 		res = fmt.Sprintf("%v (%+v after writable)", ms(f.Resumed), ms(f.Resumed-f.Writable))
 	}
-	sync := "not recovered"
-	if f.Recovered >= 0 {
-		sync = "synchronous standby " + ms(f.Recovered).String()
-	}
 	return fmt.Sprintf("%s %s→%s: writable %v, operations acknowledged again %s, %s",
-		f.Kind, f.Old, f.New, ms(f.Writable), res, sync)
+		f.Kind, f.Old, f.New, ms(f.Writable), res, f.recovery())
+}
+
+// recovery says when a synchronous standby was back.
+func (f failover) recovery() string {
+	if f.Recovered < 0 {
+		return "not recovered"
+	}
+	return "synchronous standby " + ms(f.Recovered).String()
 }
 
 func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }

@@ -262,8 +262,7 @@ func (pr *patroniRun) play(ctx context.Context, seed uint64, c *cluster) map[str
 			return done
 		}
 		done[string(k)]++
-		c.t.Logf("Patroni %s %s → %s: writable after %v, synchronous standby after %v",
-			k, f.Old, f.New, f.Writable.Round(time.Millisecond), f.Recovered.Round(time.Millisecond))
+		c.t.Logf("Patroni %s %s → %s: writable after %v, %s", k, f.Old, f.New, ms(f.Writable), f.recovery())
 	}
 }
 
