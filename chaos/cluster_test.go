@@ -145,8 +145,8 @@ func (c *cluster) terminateBackend(ctx context.Context, pid uint32) error {
 	if err := c.admin.QueryRow(ctx, "select pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil {
 		return fmt.Errorf("terminate backend %d: %w", pid, err)
 	}
-	if !ok {
-		return fmt.Errorf("terminate backend %d: no such backend", pid)
+	if !ok { // the server warned which
+		return fmt.Errorf("terminate backend %d: no such backend, or still there after 5 s", pid)
 	}
 	return nil
 }
