@@ -44,6 +44,7 @@ type procCluster struct {
 	mu      sync.Mutex
 	members map[string]*procMember // spawned and not yet ended by the parent
 	counts  map[string]int         // report and log lines by kind (see procWriter.write)
+	samples map[string]string      // the first log line of each kind
 	errs    []string               // WERR and ERROR lines, unexpected exits
 	next    int
 }
@@ -69,7 +70,7 @@ func newProcCluster(t *testing.T, cfg procConfig) *procCluster {
 	if _, err := admin.Exec(ctxFor(t, time.Minute), procDDL); err != nil {
 		t.Fatal(err)
 	}
-	return &procCluster{t: t, db: db, admin: admin, cfg: cfg, members: map[string]*procMember{}, counts: map[string]int{}}
+	return &procCluster{t: t, db: db, admin: admin, cfg: cfg, members: map[string]*procMember{}, counts: map[string]int{}, samples: map[string]string{}}
 }
 
 // ctxFor is a context for one step of the parent, ended with the test.
@@ -172,6 +173,9 @@ func (c *procCluster) read(p *procMember, out io.Reader) {
 					key += " (SIGSTOPped member)"
 				}
 				c.counts[key]++
+				if _, ok := c.samples[key]; !ok {
+					c.samples[key] = p.id + ": " + line
+				}
 			}
 			p.tail = append(p.tail, line)
 			if len(p.tail) > 20 {

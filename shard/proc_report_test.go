@@ -27,10 +27,13 @@ func (r *procRun) report() {
 		t.Error("no fenced write committed")
 	}
 	c.mu.Lock()
-	counts := maps.Clone(c.counts)
+	counts, samples := maps.Clone(c.counts), maps.Clone(c.samples)
 	c.mu.Unlock()
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		t.Logf("%s: %d", k, counts[k])
+		if s, ok := samples[k]; ok {
+			t.Logf("    first: %s", s)
+		}
 	}
 	for _, e := range c.unexpected() {
 		t.Errorf("unexpected: %s", e)

@@ -28,7 +28,7 @@ import (
 // two trusted owners (see procCluster.check).
 //
 // Default: 60 shards, 3 processes, 6 rounds (TTL 2 s, poll 200 ms).
-// PGLOCKS_STRESS=1: 1,000 shards, 10 processes, 100 rounds (TTL 5 s,
+// PGLOCKS_STRESS=1: 1,000 shards, 10 processes, 100 rounds (TTL 10 s,
 // poll 1 s), and the statements per second of the group at rest.
 // PGLOCKS_PROC_ROUNDS and PGLOCKS_PROC_SEED override the rounds and the
 // seed of the victims' choice. Moves are asserted to stay within
@@ -38,7 +38,11 @@ func TestProcChaos(t *testing.T) {
 	cfg := procConfig{shards: 60, members: 3, rounds: 6, ttl: 2 * time.Second, poll: 200 * time.Millisecond, settleWithin: time.Minute}
 	big := os.Getenv("PGLOCKS_STRESS") != ""
 	if big {
-		cfg = procConfig{shards: 1000, members: 10, rounds: 100, ttl: 5 * time.Second, poll: time.Second, settleWithin: 3 * time.Minute}
+		// TTL 10 s, as TestStress: with 5 s, on the loaded 2-core machine,
+		// renewals of members starting up (1,000 acquisitions and their
+		// first writes at once) missed their trust deadlines and members
+		// rejoined.
+		cfg = procConfig{shards: 1000, members: 10, rounds: 100, ttl: 10 * time.Second, poll: time.Second, settleWithin: 3 * time.Minute}
 	}
 	if n, err := strconv.Atoi(os.Getenv("PGLOCKS_PROC_ROUNDS")); err == nil && n > 0 {
 		cfg.rounds = n
