@@ -30,6 +30,7 @@ const (
 	envProcTTL   = "SHARD_PROC_TTL"
 	envProcPoll  = "SHARD_PROC_POLL"
 	envProcEvery = "SHARD_PROC_EVERY" // the mean pause between an owner's fenced writes
+	envProcHold  = "SHARD_PROC_HOLD"  // how long a write's transaction stays open after its Guard
 	envProcPlant = "SHARD_PROC_PLANT" // a bug to plant (internal/plant.Names): the checker's own test
 )
 
@@ -78,8 +79,8 @@ func procChild(dsn string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", envProcN, err)
 	}
-	var d [3]time.Duration
-	for i, env := range []string{envProcTTL, envProcPoll, envProcEvery} {
+	var d [4]time.Duration
+	for i, env := range []string{envProcTTL, envProcPoll, envProcEvery, envProcHold} {
 		if d[i], err = time.ParseDuration(os.Getenv(env)); err != nil {
 			return fmt.Errorf("%s: %w", env, err)
 		}
@@ -105,7 +106,7 @@ func procChild(dsn string) error {
 	if err != nil {
 		return err
 	}
-	w := &procWriter{pool: pool, id: id, every: d[2]}
+	w := &procWriter{pool: pool, id: id, every: d[2], hold: d[3]}
 	w.quietOnSignals()
 	fmt.Println("READY")
 	err = m.Run(ctx, w.work)
@@ -128,6 +129,7 @@ type procWriter struct {
 	pool  *pgxpool.Pool
 	id    string
 	every time.Duration
+	hold  time.Duration // work done between the Guard and the write, the row locked
 	quiet atomic.Bool
 }
 
@@ -178,6 +180,13 @@ func (w *procWriter) write(ctx context.Context, s shard.Shard, late bool) {
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := s.Guard(ctx, tx); err != nil {
 			return err
+		}
+		if w.hold > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(w.hold):
+			}
 		}
 		_, err := tx.Exec(ctx, procInsertSQL, s.Name, s.Token, w.id, s.Lease().Owner().String(), procGroup+"#s:"+s.Name, late)
 		return err

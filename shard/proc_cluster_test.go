@@ -24,7 +24,7 @@ import (
 // procConfig sizes a run of member processes.
 type procConfig struct {
 	shards, members, rounds int
-	ttl, poll, every        time.Duration
+	ttl, poll, every, hold  time.Duration // hold: see procWriter
 	settleWithin            time.Duration // the deadline of one settle
 	plant                   string        // a bug planted in the members (the checker's own test)
 }
@@ -117,7 +117,8 @@ func (c *procCluster) spawn(id string) *procMember {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envProcDSN+"="+c.db.DSN, envProcID+"="+id,
 		fmt.Sprintf("%s=%d", envProcN, c.cfg.shards), envProcTTL+"="+c.cfg.ttl.String(),
-		envProcPoll+"="+c.cfg.poll.String(), envProcEvery+"="+c.cfg.every.String(), envProcPlant+"="+c.cfg.plant)
+		envProcPoll+"="+c.cfg.poll.String(), envProcEvery+"="+c.cfg.every.String(),
+		envProcHold+"="+c.cfg.hold.String(), envProcPlant+"="+c.cfg.plant)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // procView is the group's rows in the lease table at one moment, by the
@@ -179,11 +181,10 @@ func (c *procCluster) waitTakeover(victim string, before map[string]string, t0 t
 
 // waitAway waits, while victim is stopped (SIGSTOP), until its member row
 // is no longer held and every shard it held in before is held by another
-// live member — except the stuck ones: rows that stay locked by a guarded
+// live member — except the stuck ones: rows locked by a guarded
 // transaction it had open when it stopped (a takeover waits for it: see
-// lease's Fencing). There can be no more of those than its sessions idle
-// in a transaction; the rest stay unchanged for cfg.quiet. It returns how
-// long after t0 that state began, and the stuck shards.
+// lease's Fencing), which must stay so for cfg.quiet. It returns how long
+// after t0 that state began, and the stuck shards.
 func (c *procCluster) waitAway(victim string, before map[string]string, t0 time.Time) (time.Duration, []string) {
 	c.t.Helper()
 	live := c.live()
@@ -211,18 +212,46 @@ func (c *procCluster) waitAway(victim string, before map[string]string, t0 time.
 		if since.IsZero() || !slices.Equal(now, stuck) {
 			stuck, since = now, time.Now()
 		}
-		return time.Since(since) >= c.cfg.quiet() && len(stuck) <= c.openTx(victim)
+		if len(stuck) > 0 && !slices.Equal(stuck, c.lockedRows(victim)) {
+			return false // a row not locked: not stuck, only not yet taken
+		}
+		return time.Since(since) >= c.cfg.quiet()
 	})
 	return since.Sub(t0), stuck
 }
 
-// openTx counts id's sessions idle in a transaction.
-func (c *procCluster) openTx(id string) int {
+// lockedRows returns, sorted, the shards whose lease row a transaction of
+// member id holds locked now (a Guard's FOR SHARE): rows whose xmax is
+// the transaction id of one of id's sessions. A stopped member's locks
+// are all there once no session of its runs a statement (activeTx).
+func (c *procCluster) lockedRows(id string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rows, err := c.admin.Query(ctx, `select substr(l.name, length($2) + 1) from pglocks_leases l
+	join pg_stat_activity a on a.backend_xid = l.xmax
+	where a.datname = current_database() and a.application_name = $1 and l.name like $2 || '%'
+	order by 1`, id, procGroup+"#s:")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	shards, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	slices.Sort(shards) // by Go's order, as waitAway's
+	return shards
+}
+
+// activeTx counts id's sessions running a statement, those waiting for a
+// lock aside: the server finishes the others' statements even when id is
+// stopped; a lock waited for may be one of id's own open transactions'.
+func (c *procCluster) activeTx(id string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var n int
 	if err := c.admin.QueryRow(ctx, `select count(*) from pg_stat_activity
-	where datname = current_database() and application_name = $1 and state like 'idle in transaction%'`, id).Scan(&n); err != nil {
+	where datname = current_database() and application_name = $1 and state = 'active'
+	and wait_event_type is distinct from 'Lock'`, id).Scan(&n); err != nil {
 		c.t.Fatal(err)
 	}
 	return n
