@@ -51,13 +51,19 @@ func (r *procRun) report() {
 // N/M, and asserts the bound when PGLOCKS_SHARD_STICKY is set.
 func (r *procRun) reportMoves() {
 	t, n := r.c.t, r.c.cfg.shards
-	if len(r.moves) == 0 {
-		return
+	t.Logf("moves: %d of stop rounds with stuck shards not measured", r.skipped)
+	for _, kind := range []string{"join or leave", "join", "leave"} {
+		ms := slices.DeleteFunc(slices.Clone(r.moves), func(m procMove) bool {
+			return kind != "join or leave" && m.join != (kind == "join")
+		})
+		if len(ms) == 0 {
+			continue
+		}
+		slices.SortFunc(ms, func(a, b procMove) int { return cmp.Compare(a.ratio(n), b.ratio(n)) })
+		worst := ms[len(ms)-1]
+		t.Logf("moves per %s: n=%d median %.2f × N/M, worst %.2f × N/M (%s: %d of %d shards, M = %d)",
+			kind, len(ms), ms[len(ms)/2].ratio(n), worst.ratio(n), worst.what, worst.moved, n, worst.bigM)
 	}
-	ms := slices.SortedFunc(slices.Values(r.moves), func(a, b procMove) int { return cmp.Compare(a.ratio(n), b.ratio(n)) })
-	worst := ms[len(ms)-1]
-	t.Logf("moves per join or leave: %d measured (%d of stop rounds with stuck shards not), median %.2f × N/M, worst %.2f × N/M (%s: %d of %d shards, M = %d)",
-		len(ms), r.skipped, ms[len(ms)/2].ratio(n), worst.ratio(n), worst.what, worst.moved, n, worst.bigM)
 	if os.Getenv("PGLOCKS_SHARD_STICKY") == "" {
 		return
 	}

@@ -19,8 +19,8 @@ import (
 // trusted owners.
 func TestProcStopMidTransaction(t *testing.T) {
 	t.Parallel()
-	c := newProcCluster(t, procConfig{shards: 20, members: 2, ttl: time.Second, poll: 100 * time.Millisecond,
-		every: 200 * time.Millisecond, hold: 100 * time.Millisecond, settleWithin: time.Minute})
+	c := newProcCluster(t, procConfig{shards: 20, members: 2, ttl: 2 * time.Second, poll: 100 * time.Millisecond,
+		every: 400 * time.Millisecond, hold: 100 * time.Millisecond, settleWithin: time.Minute})
 	r := &procRun{c: c, rng: rand.New(rand.NewPCG(1, 1))}
 	c.spawn(c.newID())
 	c.spawn(c.newID())

@@ -47,8 +47,8 @@ func TestProcChaos(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("PGLOCKS_PROC_ROUNDS")); err == nil && n > 0 {
 		cfg.rounds = n
 	}
-	// About 170 fenced writes a second in all, whatever the size.
-	cfg.every = max(100*time.Millisecond, time.Duration(cfg.shards)*6*time.Millisecond)
+	// About 100 fenced writes a second in all, whatever the size.
+	cfg.every = max(100*time.Millisecond, time.Duration(cfg.shards)*10*time.Millisecond)
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("PGLOCKS_PROC_SEED"), 10, 64); err == nil {
 		seed = s
@@ -110,6 +110,7 @@ type procRun struct {
 // procMove is the shards moved by one join or leave.
 type procMove struct {
 	what  string
+	join  bool // a join (else a leave)
 	moved int
 	bigM  int // the larger member count, before or after
 }
@@ -132,7 +133,8 @@ func (r *procRun) settled(what string) map[string]string {
 
 // move records the shards moved from before to after.
 func (r *procRun) move(what string, before, after map[string]string, bigM int) {
-	m := procMove{what: what, moved: movedCount(before, after), bigM: bigM}
+	// After a join the group has the larger count, after a leave not.
+	m := procMove{what: what, join: len(r.c.live()) == bigM, moved: movedCount(before, after), bigM: bigM}
 	r.moves = append(r.moves, m)
 	r.c.t.Logf("%s: %d shards moved, %.2f × N/M (M = %d)", what, m.moved, m.ratio(r.c.cfg.shards), bigM)
 }
