@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestProcChaos is issue 32's shard chaos with real processes: members
+// TestProcChaos is the shard chaos test with real processes: members
 // are child processes (the test binary started again), each a Member
 // whose owners make fenced writes (Shard.Guard) until their Context ends,
 // and one more after, as a stale owner acting late would. Rounds cycle:
