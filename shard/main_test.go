@@ -22,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if runProcChild() {
+		return // a member process of TestProcChaos: it exits in runProcChild
+	}
 	opts := []pgtest.Option{}
 	if os.Getenv("PGLOCKS_STRESS") != "" {
 		// restRate's breakdown of the statements at rest.
