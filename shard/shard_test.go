@@ -77,7 +77,7 @@ func TestJoinTwice(t *testing.T) {
 			t.Fatalf("second Run = %v, want ErrIdentityInUse naming the identity", err)
 		}
 	}
-	if own, _ := g.ownership(); len(own) != 10 {
+	if own, _, _ := g.ownership(); len(own) != 10 {
 		t.Fatalf("first member owns %d shards after the refused join", len(own))
 	}
 	// One Member, run twice at once.

@@ -135,7 +135,7 @@ func restRate(t *testing.T, g *group) {
 	<-time.After(window) // a measurement window, not a synchronization
 	b := read()
 	el := time.Since(start).Seconds()
-	own, _ := g.ownership()
+	own, _, _ := g.ownership()
 	t.Logf("at rest: %d shards, %d members: %.2f transactions/s (%d in %.0f s)", len(own), len(g.members), float64(b-a)/el, b-a, el)
 	rows, err := conn.Query(ctx, `select s.calls, left(regexp_replace(s.query, '\s+', ' ', 'g'), 100)
 from pg_stat_statements s join pg_database d on d.oid = s.dbid
