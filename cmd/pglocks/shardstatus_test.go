@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +150,35 @@ func TestStatusShards(t *testing.T) {
 		}
 		return true
 	})
+	checkShardJSON(t, st)
+	checkShardText(t, c)
+
+	// A member leaves: the others take its shards. All leave: every shard
+	// is listed free.
+	stops[2]()
+	c.waitShards("orders' 30 shards held by m1 and m2", func(st shardStatus) bool {
+		if len(st.Shards) == 0 {
+			return false
+		}
+		o := st.Shards[0]
+		return len(o.Members) == 2 && o.Held == 30 && o.Members[0].Shards != nil && *o.Members[0].Shards == 15
+	})
+	stops[0]()
+	stops[1]()
+	c.waitShards("orders with no member and 30 free shards", func(st shardStatus) bool {
+		return len(st.Shards) > 0 && len(st.Shards[0].Members) == 0 && st.Shards[0].Held == 0 && st.Shards[0].Free == 30
+	})
+	out, _, _ := c.run("status")
+	if !strings.Contains(out, "  group orders: 0 live members; 0 shards held, 30 free\n") ||
+		!strings.Contains(out, "    free: s00, s01, s02, s03, s04, s05, s06, s07, s08, s09 and 20 more (--shards lists them)\n") {
+		t.Errorf("status once orders' members left:\n%s", out)
+	}
+}
+
+// checkShardJSON checks status --json while orders' 3 members hold 10
+// shards each and pair's 2 members, in one process, hold 4.
+func checkShardJSON(t *testing.T, st shardStatus) {
+	t.Helper()
 	o, p := st.Shards[0], st.Shards[1]
 	for _, m := range o.Members {
 		if m.LastSeen.IsZero() || m.ExpiresIn <= 0 || m.PID < 900001 || m.PID > 900003 {
@@ -173,26 +203,6 @@ func TestStatusShards(t *testing.T) {
 		if strings.Contains(l.Name, "#m:") || strings.Contains(l.Name, "#s:") {
 			t.Errorf("lease %q listed under leases too", l.Name)
 		}
-	}
-	checkShardText(t, c)
-
-	// A member leaves: the others take its shards. All leave: every shard
-	// is listed free.
-	stops[2]()
-	c.waitShards("orders' 30 shards held by m1 and m2", func(st shardStatus) bool {
-		o := st.Shards[0]
-		return len(o.Members) == 2 && o.Held == 30 && *o.Members[0].Shards == 15
-	})
-	stops[0]()
-	stops[1]()
-	st = c.waitShards("orders with no member and 30 free shards", func(st shardStatus) bool {
-		o := st.Shards[0]
-		return len(o.Members) == 0 && o.Held == 0 && o.Free == 30
-	})
-	out, _, _ := c.run("status")
-	if !strings.Contains(out, "  group orders: 0 live members; 0 shards held, 30 free\n") ||
-		!strings.Contains(out, "    free: s00, s01, s02, s03, s04, s05, s06, s07, s08, s09 and 20 more (--shards lists them)\n") {
-		t.Errorf("status once orders' members left:\n%s", out)
 	}
 }
 
@@ -230,5 +240,59 @@ func checkShardText(t *testing.T, c cli) {
 	}
 	if strings.Contains(one, "group pair") || !strings.Contains(one, "    SHARD  STATE  MEMBER  TOKEN  EXPIRES IN") {
 		t.Errorf("status orders:\n%s", one)
+	}
+}
+
+// TestStatusThousandShards (PGLOCKS_STRESS=1) measures status on a group
+// of 1,000 shards over 10 members: the summary stays a few lines, and
+// logs how long each form takes and how long it is.
+func TestStatusThousandShards(t *testing.T) {
+	if os.Getenv("PGLOCKS_STRESS") == "" {
+		t.Skip("PGLOCKS_STRESS=1 runs it")
+	}
+	c := newCLI(t)
+	if _, errOut, code := c.run("migrate"); code != 0 {
+		t.Fatalf("migrate: %d %s", code, errOut)
+	}
+	shards := make([]string, 1000)
+	for i := range shards {
+		shards[i] = fmt.Sprintf("%04d", i)
+	}
+	for i := range 10 {
+		shardMember(t, shardStore(t, c.dsn, 900001+i), "big", fmt.Sprintf("m%02d", i), shards)
+	}
+	start := time.Now()
+	c.waitShards("1,000 shards held, 100 by each of 10 members", func(st shardStatus) bool {
+		if len(st.Shards) != 1 || st.Shards[0].Held != 1000 || len(st.Shards[0].Members) != 10 {
+			return false
+		}
+		for _, m := range st.Shards[0].Members {
+			if m.Shards == nil || *m.Shards != 100 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("settled in %v", time.Since(start).Round(time.Millisecond))
+	// The members' stores keep their interest in the shards they waited
+	// for (shared advisory locks, listed under ADVISORY LOCKS) a second
+	// after the wait.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, _, _ := c.run("status")
+		if strings.Count(out, "\n") <= 40 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status still long 30s after the group settled:\n%s", out)
+		}
+	}
+	for _, args := range [][]string{{"status"}, {"status", "--shards"}, {"status", "--json"}} {
+		t0 := time.Now()
+		out, errOut, code := c.run(args...)
+		if code != 0 {
+			t.Fatalf("%q: %d %s", args, code, errOut)
+		}
+		lines := strings.Count(out, "\n")
+		t.Logf("pglocks %s: %v, %d lines, %d bytes", strings.Join(args, " "), time.Since(t0).Round(time.Millisecond), lines, len(out))
 	}
 }

@@ -176,21 +176,8 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 	for _, in := range infos {
 		names[pglocks.KeyOf(in.Name).Int64()] = in.Name
 	}
-	infos = groups.addShards(infos, name)
+	st.addLeases(groups.addShards(infos, name), name)
 	st.Shards = groups.list(name)
-	for _, in := range infos {
-		if st.addElection(in, name) {
-			continue
-		}
-		if name != "" && in.Name != name {
-			continue
-		}
-		row := leaseRow{Name: in.Name, Held: in.Held, Token: in.Token, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID}
-		if in.Held {
-			row.Owner = in.Owner.String()
-		}
-		st.Leases = append(st.Leases, row)
-	}
 	locks, err := readAdvisory(ctx, pool, names)
 	if err != nil {
 		return st, err
@@ -204,6 +191,24 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 		st.Semaphore, err = readSemaphore(ctx, pool, name)
 	}
 	return st, err
+}
+
+// addLeases adds infos to the leases, leaders and candidates (only those
+// of name if set).
+func (st *status) addLeases(infos []lease.Info, name string) {
+	for _, in := range infos {
+		if st.addElection(in, name) {
+			continue
+		}
+		if name != "" && in.Name != name {
+			continue
+		}
+		row := leaseRow{Name: in.Name, Held: in.Held, Token: in.Token, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID}
+		if in.Held {
+			row.Owner = in.Owner.String()
+		}
+		st.Leases = append(st.Leases, row)
+	}
 }
 
 // addElection adds in to the leaders or candidates if it is an
