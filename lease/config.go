@@ -129,7 +129,8 @@ type Config struct {
 
 	// Logger receives the store's events, with attributes lease, owner,
 	// token, elapsed, held and err: Debug for acquisitions, busy leases,
-	// renewals and releases (routine contention); Warn for lost leases,
+	// renewals and releases (routine contention); Warn for lost leases
+	// (Debug for those acquired [WithQuietLoss]),
 	// for the fallback to polling behind a pooler that moves sessions,
 	// and, once per run of failures, for failed acquire calls and failed
 	// renewals — the first failure after a success (or the first of all)
@@ -240,6 +241,7 @@ type options struct {
 	keepAlive  bool
 	maxHold    time.Duration // WithMaxHold; 0 without
 	hasMaxHold bool
+	quietLoss  bool // WithQuietLoss
 }
 
 // Option configures one TryAcquire, Acquire, Resume or Do call. A nil
@@ -274,6 +276,15 @@ func WithOwner(id uuid.UUID) Option {
 // an error naming WithMetadata that no retry can cure.
 func WithMetadata(doc json.RawMessage) Option {
 	return func(o *options) { o.metadata = doc }
+}
+
+// WithQuietLoss makes the store log the lease's loss at Debug instead of
+// Warn: for a lease whose loss is a signal its holder waits for and
+// reports in its own words (package leader's candidate rows, which a
+// request to the leader breaks to wake it). The loss is announced as any
+// other: Lost, Context, Err and the Observer's End event.
+func WithQuietLoss() Option {
+	return func(o *options) { o.quietLoss = true }
 }
 
 // WithKeepAlive renews the lease in the background every

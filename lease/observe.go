@@ -75,7 +75,7 @@ func (l *Lease) observeEnd(err error, isLoss bool) {
 		reason = pglocks.ReasonExpired
 	}
 	level := slog.LevelDebug
-	if isLoss {
+	if isLoss && !l.quietLoss {
 		level = slog.LevelWarn
 	}
 	l.store.cfg.Logger.Log(context.Background(), level, "lease: "+string(reason), "lease", short(l.name),
