@@ -139,7 +139,9 @@ type Config struct {
 	// "lease: renew succeeded again", with the number of failures and how
 	// long they lasted), so that calls looping through an outage log two
 	// warnings, not thousands a second. A call refused for its input (n
-	// above a semaphore's stored limit) is logged at Debug and is no
+	// above a semaphore's stored limit), a call its caller cancelled
+	// (context.Canceled) and a renewal that finds the lease no longer
+	// held (a loss, logged as such) are logged at Debug and are no
 	// failure of a run. Default: slog.Default(), Warn
 	// and above only — failures and losses reach a program that
 	// configured nothing, routine events do not; give
