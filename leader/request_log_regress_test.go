@@ -89,6 +89,11 @@ func TestRequestLogsNoWarning(t *testing.T) {
 			for _, r := range warnings(old.rec, "pglocks.leader:quiet#c:"+first.who) {
 				t.Errorf("the old leader logged at %v about its candidate row after a request: %v", r.Level, r)
 			}
+			if t.Failed() {
+				for _, r := range old.rec.Records() {
+					t.Logf("DUMP %v", r)
+				}
+			}
 		})
 	}
 }
