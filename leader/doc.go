@@ -297,9 +297,10 @@
 // logs the request at Info and nothing at Warn (its Store logs the loss
 // of a candidate row at Debug), while a candidate row lost for any other
 // reason — broken or deleted by someone else, renewals that failed — is
-// logged at Warn by the elector and taken again (TestRequestLogsNoWarning,
-// TestLostCandidateRowWarns). A leader that refuses a hand-over (its target is
-// no longer a live candidate) breaks the request's row, and the requester
+// logged at Warn by the elector and taken again
+// (TestRequestLogsNoWarning, TestLostCandidateRowWarns). A leader that
+// refuses a hand-over (its target is no longer a live candidate) breaks
+// the request's row, and the requester
 // returns an error wrapping [ErrNoCandidate] at once
 // (TestRefusedHandOverIsReported). A second request for a term while one
 // is under way joins it if it asks the same, and is refused with an error

@@ -130,9 +130,9 @@ type Config struct {
 	// Logger receives the store's events, with attributes lease, owner,
 	// token, elapsed, held and err: Debug for acquisitions, busy leases,
 	// renewals and releases (routine contention); Warn for lost leases
-	// (Debug for those acquired [WithQuietLoss]),
-	// for the fallback to polling behind a pooler that moves sessions,
-	// and, once per run of failures, for failed acquire calls and failed
+	// (Debug for those acquired [WithQuietLoss]), for the fallback to
+	// polling behind a pooler that moves sessions, and, once per run of
+	// failures, for failed acquire calls and failed
 	// renewals — the first failure after a success (or the first of all)
 	// is logged at Warn with its cause, the next ones at Debug, and the
 	// call that ends the run at Warn ("lease: acquire succeeded again",
