@@ -140,18 +140,31 @@ func (e *Elector) candidacy() *lease.Lease {
 }
 
 // ensureCandidate takes the candidate row unless this elector holds it:
-// a lease kept alive by the Store's batched keep-alive. A row another
-// process holds (two electors with one Identity) is logged at Warn once;
-// the elector campaigns all the same but cannot be named in a hand-over
-// nor be asked to resign. It returns only errors that retrying cannot
-// cure.
+// a lease kept alive by the Store's batched keep-alive. Its loss is a
+// signal — a request to the leader breaks it (see [RequestResign]) — so
+// the Store logs it at Debug (lease.WithQuietLoss) and the elector says
+// what it was: the leader's tend logs the request at Info, and a row lost
+// for another reason (broken or deleted by someone else, renewals that
+// failed) is logged here or by tend at Warn, once. A row another process
+// holds (two electors with one Identity) is logged at Warn once; the
+// elector campaigns all the same but cannot be named in a hand-over nor
+// be asked to resign. It returns only errors that retrying cannot cure.
 func (e *Elector) ensureCandidate(ctx context.Context) error {
-	if c := e.candidacy(); c != nil && c.Err() == nil {
+	if c := e.candidacy(); c != nil {
+		if c.Err() == nil {
+			return nil
+		}
+		e.dropCandidacy(c)
+		e.lostCandidacy(c, "")
+	}
+	if ctx.Err() != nil {
+		// A campaign's wait that just ended: a try sent with a done ctx
+		// would only count as a failed acquire in the Store's log.
 		return nil
 	}
 	md, _ := json.Marshal(candidateMeta{Election: e.cfg.Name, Identity: e.cfg.Identity, Value: e.value()})
 	ls, err := e.cfg.Store.TryAcquire(ctx, candidateName(e.cfg.Name, e.cfg.Identity), e.cfg.TTL,
-		lease.WithKeepAlive(), lease.WithMetadata(md))
+		lease.WithKeepAlive(), lease.WithMetadata(md), lease.WithQuietLoss())
 	switch {
 	case errors.Is(err, lease.ErrHeld):
 		e.dupOnce.Do(func() {
@@ -170,6 +183,23 @@ func (e *Elector) ensureCandidate(ctx context.Context) error {
 	e.mu.Unlock()
 	e.sweep(ctx)
 	return nil
+}
+
+// lostCandidacy logs the end of the candidate lease c, which no request
+// explains: at Warn if it was lost (the Store, told WithQuietLoss, logged
+// it at Debug), at Debug otherwise (released, or its Store closed). why
+// says what the elector found, if anything.
+func (e *Elector) lostCandidacy(c *lease.Lease, why string) {
+	err := c.Err()
+	if !errors.Is(err, lease.ErrLost) {
+		e.cfg.Logger.Debug("leader: candidate row ended", "election", e.cfg.Name, "row", c.Name(), "err", err)
+		return
+	}
+	msg := "leader: candidate row lost; taking it again"
+	if why != "" {
+		msg += " (" + why + ")"
+	}
+	e.cfg.Logger.Warn(msg, "election", e.cfg.Name, "identity", e.cfg.Identity, "row", c.Name(), "token", c.Token(), "err", err)
 }
 
 // ensureCandidateIfReached is ensureCandidate once a campaign step of

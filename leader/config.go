@@ -168,12 +168,14 @@ type Config struct {
 	Channel string
 
 	// Logger receives the elector's events: Info for elections and
-	// demotions; Warn for lost terms, for the fallbacks behind a pooler in
-	// transaction mode (lease-only campaigns, a polling Observe) and, once
-	// per run of failures, for retried failures — the first campaign, or
-	// the first read of the lease row, that fails after a success (or
-	// first of all) is logged at Warn with its cause, the next ones at
-	// Debug, and the one that ends the run at Warn ("leader: campaign
+	// demotions, and for a request to resign or hand over; Warn for lost
+	// terms, for a candidate row lost other than by such a request, for
+	// the fallbacks behind a pooler in transaction mode (lease-only
+	// campaigns, a polling Observe) and, once per run of failures, for
+	// retried failures — the first campaign, or the first read of the
+	// lease row, that fails after a success (or first of all) is logged
+	// at Warn with its cause, the next ones at Debug, and the one that
+	// ends the run at Warn ("leader: campaign
 	// reached the database again", "leader: read lease succeeded again",
 	// with the number of failures and how long they lasted); Error for a
 	// campaign that cannot succeed (which Run also returns). Default:

@@ -293,8 +293,14 @@
 // records the request in a lease row "…#req:" + term and breaks the
 // leader's candidate row, which the leader's Store hears of at once; the
 // leader reads the request of its own term only, so a stale request never
-// moves a later leader. A leader that refuses a hand-over (its target is
-// no longer a live candidate) breaks the request's row, and the requester
+// moves a later leader. The break is a signal, not a failure: the leader
+// logs the request at Info and nothing at Warn (its Store logs the loss
+// of a candidate row at Debug), while a candidate row lost for any other
+// reason — broken or deleted by someone else, renewals that failed — is
+// logged at Warn by the elector and taken again
+// (TestRequestLogsNoWarning, TestLostCandidateRowWarns). A leader that
+// refuses a hand-over (its target is no longer a live candidate) breaks
+// the request's row, and the requester
 // returns an error wrapping [ErrNoCandidate] at once
 // (TestRefusedHandOverIsReported). A second request for a term while one
 // is under way joins it if it asks the same, and is refused with an error

@@ -193,28 +193,31 @@ func (e *Elector) yield(ctx context.Context, lk *advisory.Lock) error {
 // reads the request for this term and, if there is one, ends the term as
 // Resign or HandOver would (the watch sees t.resign); no request (the row
 // was lost for another reason), or a hand-over with no live target,
-// changes nothing. Its calls are bounded by ctx; an unknown outcome of
-// the read is no request.
-func (e *Elector) answerRequest(rctx context.Context, t *tenure) {
+// changes nothing. It reports whether it found a request, and whether
+// the term is ending (by this request, or by whatever ended it first).
+// Its calls are bounded by ctx; an unknown outcome of the read is no
+// request.
+func (e *Elector) answerRequest(rctx context.Context, t *tenure) (asked, ending bool) {
 	r, info, ok := readRequest(rctx, e.cfg.Store, e.cfg.Name, t.term.Number)
 	if !ok {
-		return
+		return false, false
 	}
 	if r.Action == actionResign {
 		e.cfg.Logger.Info("leader: resigning on request", "election", e.cfg.Name, "term", t.term.Number, "from", r.From)
 		t.once.Do(func() { t.why = fmt.Errorf("%w: asked by %s", ErrResigned, r.From); close(t.resign) })
-		return
+		return true, true
 	}
 	to, err := e.pickTarget(rctx, r.To)
 	if err != nil {
 		e.cfg.Logger.Warn("leader: hand-over request refused; leading on", "election", e.cfg.Name, "from", r.From, "err", err)
 		// Tell the requester: it waits for the request's row to change.
 		_, _ = e.cfg.Store.BreakAcquisition(rctx, info.Name, info.Owner, info.Token)
-		return
+		return true, false
 	}
 	e.cfg.Logger.Info("leader: handing over on request", "election", e.cfg.Name, "term", t.term.Number, "to", to, "from", r.From)
 	t.once.Do(func() {
 		t.why, t.handTo = fmt.Errorf("%w: to %q, asked by %s", ErrHandedOver, to, r.From), to
 		close(t.resign)
 	})
+	return true, true
 }

@@ -22,12 +22,15 @@ func (e *Elector) startTending(t *tenure) (stop, wait func()) {
 // loss. It takes the row if the elector was elected before it had one.
 // When the row is lost — a request breaks it (see [RequestResign]) — it
 // answers the request of this term, which may end the term as Resign or
-// HandOver does (through t.once: the watch sees t.resign), and takes the
-// row again. A row that cannot be taken (another process holds it, the
-// database does not answer) is retried with capped, jittered backoff up to
-// TTL; meanwhile the leader cannot be asked anything. Every call is
-// bounded by RetryInterval + 5s and ends with ctx, cancelled once the
-// watch has returned.
+// HandOver does (through t.once: the watch sees t.resign): then it returns,
+// and the campaign takes the row again once the term has ended (a retake
+// here would race the step-down, which cancels it). Otherwise — a refused
+// hand-over, or no request: the row was lost for another reason, logged at
+// Warn — it takes the row again. A row that cannot be taken (another
+// process holds it, the database does not answer) is retried with capped,
+// jittered backoff up to TTL; meanwhile the leader cannot be asked
+// anything. Every call is bounded by RetryInterval + 5s and ends with ctx,
+// cancelled once the watch has returned.
 func (e *Elector) tend(ctx context.Context, t *tenure) {
 	bo := backoff.Backoff{Min: min(100*time.Millisecond, e.cfg.RetryInterval), Max: max(2*e.cfg.RetryInterval, e.cfg.TTL)}
 	for ctx.Err() == nil {
@@ -38,7 +41,14 @@ func (e *Elector) tend(ctx context.Context, t *tenure) {
 			case <-c.Context().Done():
 			}
 			e.dropCandidacy(c)
-			e.bounded(ctx, func(ctx context.Context) error { e.answerRequest(ctx, t); return nil })
+			var asked, ended bool
+			e.bounded(ctx, func(ctx context.Context) error { asked, ended = e.answerRequest(ctx, t); return nil })
+			if ended {
+				return
+			}
+			if !asked && ctx.Err() == nil {
+				e.lostCandidacy(c, "no request to this leader found")
+			}
 			continue
 		}
 		err := e.bounded(ctx, e.ensureCandidate)

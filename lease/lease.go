@@ -41,6 +41,7 @@ type Lease struct {
 	trustUntil time.Time // local clock, monotonic
 	trust      *time.Timer
 	hold       *time.Timer // ends the lease at its maximum hold (WithMaxHold); nil without
+	quietLoss  bool        // WithQuietLoss: its loss is logged at Debug
 
 	ka *keepAlive // nil without keep-alive
 }
@@ -51,7 +52,8 @@ type Lease struct {
 // that no row is left held by a caller who got an error; a resumed one is
 // left as it was.
 func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, token int64, ttl time.Duration, expiresAt, start time.Time, o options, fresh bool) (*Lease, error) {
-	l := &Lease{store: s, name: name, owner: owner, token: token, ttl: ttl, lost: make(chan struct{}), expiresAt: expiresAt}
+	l := &Lease{store: s, name: name, owner: owner, token: token, ttl: ttl, lost: make(chan struct{}), expiresAt: expiresAt,
+		quietLoss: o.quietLoss}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.trustUntil = start.Add(ttl - s.cfg.margin(ttl))
 	l.mu.Lock() // before track: Store.Close may abandon l at once

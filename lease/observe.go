@@ -15,9 +15,9 @@ import (
 // failed call is logged at Warn only when it begins a run of failures,
 // and the acquisition that ends the run at Warn too (see internal/failrun
 // and Config.Logger); the others at Debug. A call refused for the
-// caller's input (outcome.Invalid: n above a semaphore's stored limit)
-// is logged at Debug and neither begins nor ends a run: it says nothing
-// about the server.
+// caller's input (outcome.Invalid: n above a semaphore's stored limit),
+// and a call its caller cancelled (context.Canceled), are logged at Debug
+// and neither begin nor end a run: they say nothing about the server.
 func (s *Store) observeAcquire(name string, wait bool, start time.Time, l *Lease, err error) (*Lease, error) {
 	now := s.cfg.Now()
 	elapsed := now.Sub(start)
@@ -35,6 +35,8 @@ func (s *Store) observeAcquire(name string, wait bool, start time.Time, l *Lease
 		s.cfg.Logger.Debug("lease: busy", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
 	case outcome.Invalid(err):
 		s.cfg.Logger.Debug("lease: acquire refused: invalid input", "lease", short(name), "wait", wait, "err", err)
+	case errors.Is(err, context.Canceled):
+		s.cfg.Logger.Debug("lease: acquire cancelled", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
 	default:
 		level, msg := s.acquireFails.Fail(now), "lease: acquire failed"
 		if level >= slog.LevelWarn {
@@ -75,7 +77,7 @@ func (l *Lease) observeEnd(err error, isLoss bool) {
 		reason = pglocks.ReasonExpired
 	}
 	level := slog.LevelDebug
-	if isLoss {
+	if isLoss && !l.quietLoss {
 		level = slog.LevelWarn
 	}
 	l.store.cfg.Logger.Log(context.Background(), level, "lease: "+string(reason), "lease", short(l.name),
@@ -95,13 +97,17 @@ func errIfLoss(err error, keep bool) error {
 // observeRenew logs and reports a renewal that started at start and ended
 // with err. A failed renewal is logged at Warn only when it begins a run
 // of failures of the store's renewals, and the renewal that ends the run
-// at Warn too; the others at Debug (a lease that is lost is logged at Warn
-// by observeEnd).
+// at Warn too; the others at Debug. A renewal the server answered "not
+// held" is no failure of the store's renewals but the lease's loss, which
+// observeEnd logs (at Warn, or Debug WithQuietLoss): it is logged at
+// Debug and neither begins nor ends a run.
 func (l *Lease) observeRenew(start time.Time, err error) {
 	s := l.store
 	now := s.cfg.Now()
 	latency := now.Sub(start)
-	if err != nil {
+	if errors.Is(err, ErrNotHeld) {
+		s.cfg.Logger.Debug("lease: renew found it not held", "lease", short(l.name), "owner", l.owner, "token", l.token, "elapsed", latency)
+	} else if err != nil {
 		level, msg := s.renewFails.Fail(now), "lease: renew failed"
 		if level >= slog.LevelWarn {
 			msg += "; further failures are logged at Debug until a renewal succeeds"

@@ -18,7 +18,7 @@ const usage = `usage: pglocks [-v] [--dsn URL] COMMAND [FLAGS] ...
   pglocks run [-n | -w SECONDS] [-E CODE] [-q] [--lease [--ttl D]] NAME -- CMD [ARGS...]
   pglocks run [-n | -w SECONDS] [-E CODE] [-q] (-s | --max N) NAME -- CMD [ARGS...]
   pglocks run --once-per PERIOD [-E CODE] [-q] NAME -- CMD [ARGS...]
-  pglocks status [--json] [NAME]
+  pglocks status [--json] [--shards] [NAME]
   pglocks key [--sql] NAME
   pglocks migrate [--schema S] [--table T] [--run-table T]
   pglocks break NAME
@@ -55,13 +55,16 @@ EXIT STATUS
 
 // helps are the commands' --help texts before their flags.
 var helps = map[string]string{
-	"status": `usage: pglocks status [--json] [NAME]
+	"status": `usage: pglocks status [--json] [--shards] [NAME]
 
 Lists the advisory locks of the database (KEY, NAME when known, the server
 backend pid of the session that holds or waits: not a process of yours),
-the leases (HOLDER PID: the process that holds it, on HOST), the leaders,
-and the scheduled jobs' recent runs (pglocks run --once-per, package
-schedule). A missing table is named, with the command that creates it.
+the leases (HOLDER PID: the process that holds it, on HOST), the leaders
+and candidates of elections, the groups of package shard (per group its
+live members and how many shards each holds, and the free shards; every
+shard with its owner under --shards, or when NAME is the group), and the
+scheduled jobs' recent runs (pglocks run --once-per, package schedule).
+A missing table is named, with the command that creates it.
 `,
 	"key": `usage: pglocks key [--sql] NAME
 

@@ -6,7 +6,7 @@
 //	pglocks run [-n | -w SECONDS] [-E CODE] [-q] [--lease [--ttl D]] [--kill-after D] NAME -- CMD [ARGS…]
 //	pglocks run [-n | -w SECONDS] [-E CODE] [-q] (-s | --max N) NAME -- CMD [ARGS…]
 //	pglocks run --once-per PERIOD [--ttl D] [-E CODE] [-q] NAME -- CMD [ARGS…]
-//	pglocks status [--json] [NAME]
+//	pglocks status [--json] [--shards] [NAME]
 //	pglocks key [--sql] NAME
 //	pglocks migrate [--schema S] [--table T] [--run-table T]
 //	pglocks break NAME

@@ -84,7 +84,9 @@ type status struct {
 	Leaders   []leaderRow   `json:"leaders"`
 	// Candidates are the running candidates of the elections listed.
 	Candidates []candidateRow `json:"candidates"`
-	Runs       []runRow       `json:"runs"`
+	// Shards are the groups of package shard (of group NAME if given).
+	Shards []shardGroup `json:"shards"`
+	Runs   []runRow     `json:"runs"`
 	// Missing names the tables not found, with the command that creates
 	// them.
 	Missing []string `json:"missing,omitempty"`
@@ -108,6 +110,7 @@ order by 1, 2, 3, l.granted desc, l.pid`
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, dsn := newFlags(ctx, "status", helps["status"], stdout, stderr, true)
 	asJSON := fs.Bool("json", false, "print JSON")
+	shards := fs.Bool("shards", false, "list every shard of each group, with its owner (--json always does)")
 	var t tables
 	t.add(fs)
 	if err := parse(fs, args); err != nil {
@@ -117,7 +120,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if fs.NArg() > 1 {
-		return fail(exitUsage, "usage: pglocks status [--json] [NAME]")
+		return fail(exitUsage, "usage: pglocks status [--json] [--shards] [NAME]")
 	}
 	name := fs.Arg(0)
 	pool, err := connect(ctx, *dsn)
@@ -134,12 +137,13 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
-	printStatus(stdout, st)
+	printStatus(stdout, st, *shards || name != "")
 	return nil
 }
 
 func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) (status, error) {
-	st := status{Advisory: []advisoryLock{}, Leases: []leaseRow{}, Leaders: []leaderRow{}, Candidates: []candidateRow{}, Runs: []runRow{}}
+	st := status{Advisory: []advisoryLock{}, Leases: []leaseRow{}, Leaders: []leaderRow{}, Candidates: []candidateRow{},
+		Shards: []shardGroup{}, Runs: []runRow{}}
 	// Names we know, to label keys: the asked-for name, and every lease
 	// and election (a leader's campaign lock is KeyOf of its lease name).
 	names := map[int64]string{}
@@ -152,6 +156,12 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 		return st, err
 	}
 	defer store.Close(context.WithoutCancel(ctx))
+	// The groups' rows first, then the held ones: a shard taken in between
+	// is listed held, not free.
+	groups, err := readShardRows(ctx, pool, t)
+	if err != nil && !noTable(err) {
+		return st, err
+	}
 	infos, err := store.List(ctx)
 	if noTable(err) {
 		st.Missing = append(st.Missing, fmt.Sprintf("no lease table %s.%s (run pglocks migrate)", t.schema, t.table))
@@ -165,18 +175,9 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 	}
 	for _, in := range infos {
 		names[pglocks.KeyOf(in.Name).Int64()] = in.Name
-		if st.addElection(in, name) {
-			continue
-		}
-		if name != "" && in.Name != name {
-			continue
-		}
-		row := leaseRow{Name: in.Name, Held: in.Held, Token: in.Token, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID}
-		if in.Held {
-			row.Owner = in.Owner.String()
-		}
-		st.Leases = append(st.Leases, row)
 	}
+	st.addLeases(groups.addShards(infos, name), name)
+	st.Shards = groups.list(name)
 	locks, err := readAdvisory(ctx, pool, names)
 	if err != nil {
 		return st, err
@@ -190,6 +191,24 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, name string, t tables) 
 		st.Semaphore, err = readSemaphore(ctx, pool, name)
 	}
 	return st, err
+}
+
+// addLeases adds infos to the leases, leaders and candidates (only those
+// of name if set).
+func (st *status) addLeases(infos []lease.Info, name string) {
+	for _, in := range infos {
+		if st.addElection(in, name) {
+			continue
+		}
+		if name != "" && in.Name != name {
+			continue
+		}
+		row := leaseRow{Name: in.Name, Held: in.Held, Token: in.Token, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID}
+		if in.Held {
+			row.Owner = in.Owner.String()
+		}
+		st.Leases = append(st.Leases, row)
+	}
 }
 
 // addElection adds in to the leaders or candidates if it is an
@@ -272,7 +291,7 @@ func readAdvisory(ctx context.Context, pool *pgxpool.Pool, names map[int64]strin
 
 // printStatus prints st as aligned sections; no line ends in spaces
 // (tabwriter pads a cell that an empty last one follows).
-func printStatus(w io.Writer, st status) {
+func printStatus(w io.Writer, st status, allShards bool) {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 2, 4, 2, ' ', 0)
 	defer func() {
@@ -327,6 +346,7 @@ func printStatus(w io.Writer, st status) {
 				c.JoinedAt.Format(time.RFC3339), c.LastSeen.Format(time.RFC3339Nano), c.Host, c.PID)
 		}
 	}
+	printShards(tw, st.Shards, allShards)
 	printRuns(tw, st)
 }
 
