@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pglocks/pglocks"
+	"github.com/pglocks/pglocks/internal/quietloss"
 	"github.com/pglocks/pglocks/lease"
 )
 
@@ -142,20 +143,23 @@ func (e *Elector) candidacy() *lease.Lease {
 // ensureCandidate takes the candidate row unless this elector holds it:
 // a lease kept alive by the Store's batched keep-alive. Its loss is a
 // signal — a request to the leader breaks it (see [RequestResign]) — so
-// the Store logs it at Debug (lease.WithQuietLoss) and the elector says
-// what it was: the leader's tend logs the request at Info, and a row lost
-// for another reason (broken or deleted by someone else, renewals that
-// failed) is logged here or by tend at Warn, once. A row another process
-// holds (two electors with one Identity) is logged at Warn once; the
-// elector campaigns all the same but cannot be named in a hand-over nor
-// be asked to resign. It returns only errors that retrying cannot cure.
+// the Store logs it at Debug (internal/quietloss) and the elector logs
+// every loss itself, once, as soon as it fires: the leader's tend logs a
+// request at Info, and any other loss (broken or deleted by someone
+// else, a lapse, an unknown outcome) is logged at Warn by tend, by
+// candidacyEnded or, if Run ends first, by leaveCandidacy. A row another
+// process holds (two electors with one Identity) is logged at Warn once;
+// the elector campaigns all the same but cannot be named in a hand-over
+// nor be asked to resign. It returns only errors that retrying cannot
+// cure.
 func (e *Elector) ensureCandidate(ctx context.Context) error {
 	if c := e.candidacy(); c != nil {
 		if c.Err() == nil {
 			return nil
 		}
-		e.dropCandidacy(c)
-		e.lostCandidacy(c, "")
+		if e.dropCandidacy(c) {
+			e.lostCandidacy(c, "", true)
+		}
 	}
 	if ctx.Err() != nil {
 		// A campaign's wait that just ended: a try sent with a done ctx
@@ -163,8 +167,8 @@ func (e *Elector) ensureCandidate(ctx context.Context) error {
 		return nil
 	}
 	md, _ := json.Marshal(candidateMeta{Election: e.cfg.Name, Identity: e.cfg.Identity, Value: e.value()})
-	ls, err := e.cfg.Store.TryAcquire(ctx, candidateName(e.cfg.Name, e.cfg.Identity), e.cfg.TTL,
-		lease.WithKeepAlive(), lease.WithMetadata(md), lease.WithQuietLoss())
+	ls, err := e.cfg.Store.TryAcquire(quietloss.With(ctx), candidateName(e.cfg.Name, e.cfg.Identity), e.cfg.TTL,
+		lease.WithKeepAlive(), lease.WithMetadata(md))
 	switch {
 	case errors.Is(err, lease.ErrHeld):
 		e.dupOnce.Do(func() {
@@ -181,21 +185,43 @@ func (e *Elector) ensureCandidate(ctx context.Context) error {
 	e.mu.Lock()
 	e.cand = ls
 	e.mu.Unlock()
+	context.AfterFunc(ls.Context(), func() { e.candidacyEnded(ls) })
 	e.sweep(ctx)
 	return nil
 }
 
+// candidacyEnded runs when the candidate lease c ends. Unless the
+// leader's tend watches it (tend answers the request that may explain the
+// loss), it forgets c and logs its loss at once (see lostCandidacy): no
+// request breaks a follower's row. A c already forgotten was released,
+// or its end was logged by whoever forgot it.
+func (e *Elector) candidacyEnded(c *lease.Lease) {
+	e.mu.Lock()
+	mine := !e.tending && e.cand == c
+	if mine {
+		e.cand = nil
+	}
+	e.mu.Unlock()
+	if mine {
+		e.lostCandidacy(c, "", true)
+	}
+}
+
 // lostCandidacy logs the end of the candidate lease c, which no request
-// explains: at Warn if it was lost (the Store, told WithQuietLoss, logged
-// it at Debug), at Debug otherwise (released, or its Store closed). why
-// says what the elector found, if anything.
-func (e *Elector) lostCandidacy(c *lease.Lease, why string) {
+// explains: at Warn if it was lost (the Store, told by internal/quietloss,
+// logged it at Debug), at Debug otherwise (released, or its Store
+// closed). why says what the elector found, if anything; again, that the
+// elector will take the row again (Run goes on).
+func (e *Elector) lostCandidacy(c *lease.Lease, why string, again bool) {
 	err := c.Err()
 	if !errors.Is(err, lease.ErrLost) {
 		e.cfg.Logger.Debug("leader: candidate row ended", "election", e.cfg.Name, "row", c.Name(), "err", err)
 		return
 	}
-	msg := "leader: candidate row lost; taking it again"
+	msg := "leader: candidate row lost"
+	if again {
+		msg += "; taking it again"
+	}
 	if why != "" {
 		msg += " (" + why + ")"
 	}
@@ -215,13 +241,18 @@ func (e *Elector) ensureCandidateIfReached(ctx context.Context, began time.Time)
 	return e.bounded(ctx, e.ensureCandidate)
 }
 
-// leaveCandidacy releases the candidate row, with a fresh bounded context.
+// leaveCandidacy releases the candidate row, with a fresh bounded context,
+// or logs its end if it has ended and no one has yet.
 func (e *Elector) leaveCandidacy() {
 	e.mu.Lock()
 	c := e.cand
 	e.cand = nil
 	e.mu.Unlock()
 	if c == nil {
+		return
+	}
+	if c.Err() != nil {
+		e.lostCandidacy(c, "", false)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)

@@ -297,8 +297,9 @@
 // logs the request at Info and nothing at Warn (its Store logs the loss
 // of a candidate row at Debug), while a candidate row lost for any other
 // reason — broken or deleted by someone else, renewals that failed — is
-// logged at Warn by the elector and taken again
-// (TestRequestLogsNoWarning, TestLostCandidateRowWarns). A leader that
+// logged at Warn by the elector as soon as the loss is seen, even if Run
+// ends before the row is taken again (TestRequestLogsNoWarning,
+// TestLostCandidateRowWarns, TestOperatorBreakOfCandidateRowWarns). A leader that
 // refuses a hand-over (its target is no longer a live candidate) breaks
 // the request's row, and the requester
 // returns an error wrapping [ErrNoCandidate] at once

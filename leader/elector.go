@@ -61,6 +61,7 @@ type Elector struct {
 	closed  bool
 	current *tenure
 	cand    *lease.Lease // the candidate row, while Run is under way
+	tending bool         // a tend watches cand (the leader's)
 	dupOnce sync.Once    // logs a duplicate Identity once
 	val     string       // the value published (Config.Value, then Proclaim's)
 	resv    reservation  // the last hand-over reservation seen (campaign only)

@@ -13,7 +13,12 @@ import (
 func (e *Elector) startTending(t *tenure) (stop, wait func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); e.tend(ctx, t) }()
+	e.setTending(true)
+	go func() {
+		defer close(done)
+		defer e.setTending(false)
+		e.tend(ctx, t)
+	}()
 	return cancel, func() { <-done }
 }
 
@@ -40,14 +45,18 @@ func (e *Elector) tend(ctx context.Context, t *tenure) {
 				return
 			case <-c.Context().Done():
 			}
-			e.dropCandidacy(c)
+			if !e.dropCandidacy(c) {
+				continue
+			}
 			var asked, ended bool
 			e.bounded(ctx, func(ctx context.Context) error { asked, ended = e.answerRequest(ctx, t); return nil })
-			if ended {
+			switch {
+			case ended:
 				return
-			}
-			if !asked && ctx.Err() == nil {
-				e.lostCandidacy(c, "no request to this leader found")
+			case !asked && ctx.Err() != nil:
+				e.lostCandidacy(c, "the term ended before a request to this leader could be read", true)
+			case !asked:
+				e.lostCandidacy(c, "no request to this leader found", true)
 			}
 			continue
 		}
@@ -71,11 +80,28 @@ func (e *Elector) bounded(ctx context.Context, f func(context.Context) error) er
 }
 
 // dropCandidacy forgets the candidate lease c, which has ended, unless
-// another has replaced it.
-func (e *Elector) dropCandidacy(c *lease.Lease) {
+// another has replaced it or it was forgotten already. It reports whether
+// it forgot c: the caller then logs c's end (once).
+func (e *Elector) dropCandidacy(c *lease.Lease) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.cand == c {
-		e.cand = nil
+	if e.cand != c {
+		return false
+	}
+	e.cand = nil
+	return true
+}
+
+// setTending records whether a tend is under way: while it is, it logs
+// the loss of the candidate row (see candidacyEnded). A tend that ends
+// leaves no loss unlogged: a row that ended while it stopped is logged
+// here.
+func (e *Elector) setTending(on bool) {
+	e.mu.Lock()
+	e.tending = on
+	c := e.cand
+	e.mu.Unlock()
+	if !on && c != nil && c.Err() != nil && e.dropCandidacy(c) {
+		e.lostCandidacy(c, "", true)
 	}
 }

@@ -129,10 +129,9 @@ type Config struct {
 
 	// Logger receives the store's events, with attributes lease, owner,
 	// token, elapsed, held and err: Debug for acquisitions, busy leases,
-	// renewals and releases (routine contention); Warn for lost leases
-	// (Debug for those acquired [WithQuietLoss]), for the fallback to
-	// polling behind a pooler that moves sessions, and, once per run of
-	// failures, for failed acquire calls and failed
+	// renewals and releases (routine contention); Warn for lost leases,
+	// for the fallback to polling behind a pooler that moves sessions,
+	// and, once per run of failures, for failed acquire calls and failed
 	// renewals — the first failure after a success (or the first of all)
 	// is logged at Warn with its cause, the next ones at Debug, and the
 	// call that ends the run at Warn ("lease: acquire succeeded again",
@@ -140,9 +139,10 @@ type Config struct {
 	// long they lasted), so that calls looping through an outage log two
 	// warnings, not thousands a second. A call refused for its input (n
 	// above a semaphore's stored limit), a call its caller cancelled
-	// (context.Canceled) and a renewal that finds the lease no longer
-	// held (a loss, logged as such) are logged at Debug and are no
-	// failure of a run. Default: slog.Default(), Warn
+	// (context.Canceled) before the server may have acquired (after, its
+	// outcome is unknown: a failure) and a renewal that finds the lease
+	// no longer held (a loss, logged as such) are logged at Debug and are
+	// no failure of a run. Default: slog.Default(), Warn
 	// and above only — failures and losses reach a program that
 	// configured nothing, routine events do not; give
 	// slog.New(slog.DiscardHandler) for silence.
@@ -243,7 +243,6 @@ type options struct {
 	keepAlive  bool
 	maxHold    time.Duration // WithMaxHold; 0 without
 	hasMaxHold bool
-	quietLoss  bool // WithQuietLoss
 }
 
 // Option configures one TryAcquire, Acquire, Resume or Do call. A nil
@@ -278,15 +277,6 @@ func WithOwner(id uuid.UUID) Option {
 // an error naming WithMetadata that no retry can cure.
 func WithMetadata(doc json.RawMessage) Option {
 	return func(o *options) { o.metadata = doc }
-}
-
-// WithQuietLoss makes the store log the lease's loss at Debug instead of
-// Warn: for a lease whose loss is a signal its holder waits for and
-// reports in its own words (package leader's candidate rows, which a
-// request to the leader breaks to wake it). The loss is announced as any
-// other: Lost, Context, Err and the Observer's End event.
-func WithQuietLoss() Option {
-	return func(o *options) { o.quietLoss = true }
 }
 
 // WithKeepAlive renews the lease in the background every

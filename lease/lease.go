@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/pglocks/pglocks/internal/plant"
+	"github.com/pglocks/pglocks/internal/quietloss"
 )
 
 // Lease is one acquisition of a named lease: an owner, a fencing token, and
@@ -41,7 +42,7 @@ type Lease struct {
 	trustUntil time.Time // local clock, monotonic
 	trust      *time.Timer
 	hold       *time.Timer // ends the lease at its maximum hold (WithMaxHold); nil without
-	quietLoss  bool        // WithQuietLoss: its loss is logged at Debug
+	quietLoss  bool        // acquired with internal/quietloss: its loss is logged at Debug
 
 	ka *keepAlive // nil without keep-alive
 }
@@ -53,7 +54,7 @@ type Lease struct {
 // left as it was.
 func (s *Store) newLease(ctx context.Context, name string, owner uuid.UUID, token int64, ttl time.Duration, expiresAt, start time.Time, o options, fresh bool) (*Lease, error) {
 	l := &Lease{store: s, name: name, owner: owner, token: token, ttl: ttl, lost: make(chan struct{}), expiresAt: expiresAt,
-		quietLoss: o.quietLoss}
+		quietLoss: quietloss.Is(ctx)}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.trustUntil = start.Add(ttl - s.cfg.margin(ttl))
 	l.mu.Lock() // before track: Store.Close may abandon l at once

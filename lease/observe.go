@@ -16,8 +16,11 @@ import (
 // and the acquisition that ends the run at Warn too (see internal/failrun
 // and Config.Logger); the others at Debug. A call refused for the
 // caller's input (outcome.Invalid: n above a semaphore's stored limit),
-// and a call its caller cancelled (context.Canceled), are logged at Debug
-// and neither begin nor end a run: they say nothing about the server.
+// and a call its caller cancelled (context.Canceled) before the server
+// acquired anything, are logged at Debug and neither begin nor end a run:
+// they say nothing about the server. A call cancelled after the server
+// may have acquired (errUnknown: see ackedLate) has an unknown outcome,
+// which is a failure like any other.
 func (s *Store) observeAcquire(name string, wait bool, start time.Time, l *Lease, err error) (*Lease, error) {
 	now := s.cfg.Now()
 	elapsed := now.Sub(start)
@@ -35,7 +38,7 @@ func (s *Store) observeAcquire(name string, wait bool, start time.Time, l *Lease
 		s.cfg.Logger.Debug("lease: busy", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
 	case outcome.Invalid(err):
 		s.cfg.Logger.Debug("lease: acquire refused: invalid input", "lease", short(name), "wait", wait, "err", err)
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled) && !errors.Is(err, errUnknown):
 		s.cfg.Logger.Debug("lease: acquire cancelled", "lease", short(name), "wait", wait, "elapsed", elapsed, "err", err)
 	default:
 		level, msg := s.acquireFails.Fail(now), "lease: acquire failed"
@@ -99,14 +102,19 @@ func errIfLoss(err error, keep bool) error {
 // of failures of the store's renewals, and the renewal that ends the run
 // at Warn too; the others at Debug. A renewal the server answered "not
 // held" is no failure of the store's renewals but the lease's loss, which
-// observeEnd logs (at Warn, or Debug WithQuietLoss): it is logged at
-// Debug and neither begins nor ends a run.
+// observeEnd logs (at Warn, or at Debug for a lease acquired with
+// internal/quietloss, whose holder logs it); and a renewal answered after
+// the lease had ended here (it lapsed, say) changes nothing, its end
+// being logged as such: both are logged at Debug and neither begins nor
+// ends a run.
 func (l *Lease) observeRenew(start time.Time, err error) {
 	s := l.store
 	now := s.cfg.Now()
 	latency := now.Sub(start)
-	if errors.Is(err, ErrNotHeld) {
+	if err == ErrNotHeld {
 		s.cfg.Logger.Debug("lease: renew found it not held", "lease", short(l.name), "owner", l.owner, "token", l.token, "elapsed", latency)
+	} else if errors.Is(err, ErrNotHeld) {
+		s.cfg.Logger.Debug("lease: renew answered after the lease had ended", "lease", short(l.name), "owner", l.owner, "token", l.token, "elapsed", latency, "err", err)
 	} else if err != nil {
 		level, msg := s.renewFails.Fail(now), "lease: renew failed"
 		if level >= slog.LevelWarn {

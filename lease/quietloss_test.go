@@ -10,10 +10,12 @@ import (
 
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/internal/logtest"
+	"github.com/pglocks/pglocks/internal/quietloss"
 	"github.com/pglocks/pglocks/lease"
 )
 
-// TestQuietLoss: a lease acquired WithQuietLoss that is broken is lost as
+// TestQuietLoss: a lease acquired with a context marked by
+// internal/quietloss (package leader's candidate rows) that is broken is lost as
 // any other — Lost, Context, Err, the Observer's End event — and its loss
 // is logged at Debug, not Warn; a lease without it still warns.
 func TestQuietLoss(t *testing.T) {
@@ -22,7 +24,10 @@ func TestQuietLoss(t *testing.T) {
 	rec, log := logtest.New()
 	ends := make(chan pglocks.EndEvent, 10)
 	s := newStore(t, b.pool, lease.Config{Logger: log, Observer: &pglocks.Observer{End: func(e pglocks.EndEvent) { ends <- e }}})
-	quiet := mustTry(t, s, "quiet-loss", time.Minute, lease.WithKeepAlive(), lease.WithQuietLoss())
+	quiet, err := s.TryAcquire(quietloss.With(ctxT(t)), "quiet-loss", time.Minute, lease.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
 	loud := mustTry(t, s, "loud-loss", time.Minute, lease.WithKeepAlive())
 	for _, l := range []*lease.Lease{quiet, loud} {
 		if _, err := b.store.Break(ctxT(t), l.Name()); err != nil {

@@ -143,7 +143,6 @@ var funcs = map[string]any{
 	"lease.WithMaxHold":             lease.WithMaxHold,
 	"lease.WithMetadata":            lease.WithMetadata,
 	"lease.WithOwner":               lease.WithOwner,
-	"lease.WithQuietLoss":           lease.WithQuietLoss,
 	"leader.New":                    leader.New,
 	"leader.Candidates":             leader.Candidates,
 	"leader.RequestResign":          leader.RequestResign,
