@@ -12,7 +12,9 @@ import (
 // target member, indexed like shards (all -1 when there are no members).
 // It is a function of the three alone (not of the order of shards or
 // members), so members that read the same ownership compute the same
-// target.
+// target — and of last, if not nil: the member that last owned each shard
+// (-1 if none is known), to which a free shard goes back first if it has
+// room (see fill).
 //
 // With N shards and M members, every member has room for q = ⌊N/M⌋
 // shards, and r = N mod M of them for q + 1 (see capacities). A member
@@ -28,7 +30,7 @@ import (
 // member leaving has exactly its own shards (⌊N/M⌋ or ⌈N/M⌉, M counting
 // it) spread over the others, and no other shard moves. Both are the
 // least any balanced assignment can move (TestPlanMovement).
-func plan(shards, members []string, owner []int) []int {
+func plan(shards, members []string, owner, last []int) []int {
 	n, m := len(shards), len(members)
 	out := make([]int, n)
 	for i := range out {
@@ -70,7 +72,7 @@ func plan(shards, members []string, owner []int) []int {
 		}
 		room[j] = caps[j] - len(own)
 	}
-	fill(out, shards, members, sh, mh, room)
+	fill(out, last, shards, members, sh, mh, room)
 	return out
 }
 
@@ -115,18 +117,25 @@ func capacities(n int, members []string, mh []uint64, owns [][]int) []int {
 }
 
 // fill gives every shard without a target (out[i] < 0) to a member with
-// room left: (shard, member) pairs are taken by weight, heaviest first,
-// each giving its shard to its member while the member has room. The
-// rooms add up to the shards without a target, so every one gets one.
-func fill(out []int, shards, members []string, sh, mh []uint64, room []int) {
+// room left. First a shard goes back to the member that last owned it
+// (last[i]), if that member has room: a shard whose lease its owner lost
+// (renewals late) and is taking again is not given to another member
+// meanwhile. Then (shard, member) pairs are taken by weight, heaviest
+// first, each giving its shard to its member while the member has room.
+// The rooms add up to the shards without a target, so every one gets one.
+// Which free shard goes where never changes how many a member gets.
+func fill(out, last []int, shards, members []string, sh, mh []uint64, room []int) {
 	type pair struct {
 		w    uint64
 		s, m int32
 	}
-	var pairs []pair
+	var back, pairs []pair
 	for i, j := range out {
 		if j >= 0 {
 			continue
+		}
+		if last != nil && last[i] >= 0 && last[i] < len(room) && room[last[i]] > 0 {
+			back = append(back, pair{weight(sh[i], mh[last[i]]), int32(i), int32(last[i])})
 		}
 		for k, left := range room {
 			if left > 0 {
@@ -134,7 +143,7 @@ func fill(out []int, shards, members []string, sh, mh []uint64, room []int) {
 			}
 		}
 	}
-	slices.SortFunc(pairs, func(a, b pair) int {
+	byWeight := func(a, b pair) int {
 		if c := cmp.Compare(b.w, a.w); c != 0 {
 			return c
 		}
@@ -142,8 +151,10 @@ func fill(out []int, shards, members []string, sh, mh []uint64, room []int) {
 			return c
 		}
 		return cmp.Compare(members[a.m], members[b.m])
-	})
-	for _, p := range pairs {
+	}
+	slices.SortFunc(back, byWeight)
+	slices.SortFunc(pairs, byWeight)
+	for _, p := range append(back, pairs...) {
 		if out[p.s] < 0 && room[p.m] > 0 {
 			out[p.s] = int(p.m)
 			room[p.m]--

@@ -26,13 +26,15 @@ type Member struct {
 
 	mu      sync.Mutex
 	shards  []string
+	gen     uint64 // bumped by SetShards
 	running bool
 	held    map[string]*lease.Lease // shard → its term's lease, while the term holds it
 	// seen is the ownership of the last read of the group's rows (shard
-	// → identity), and wanted the shards of the target computed from it:
-	// the assignment's inputs, for the membership under way.
-	seen   map[string]string
-	wanted map[string]bool
+	// → identity), last the last owner seen of each shard, and wanted the
+	// shards of the target computed from them: the assignment's inputs,
+	// for the membership under way.
+	seen, last map[string]string
+	wanted     map[string]bool
 }
 
 // New checks cfg and returns a Member. It does not touch the database.
@@ -73,6 +75,7 @@ func (m *Member) SetShards(shards []string) error {
 	}
 	m.mu.Lock()
 	m.shards = s
+	m.gen++
 	m.mu.Unlock()
 	select {
 	case m.wake <- struct{}{}:
@@ -143,9 +146,9 @@ func (m *Member) Target(identity string, members []string) []string {
 		return nil
 	}
 	m.mu.Lock()
-	shards, owners := m.shards, m.ownersLocked()
+	shards, owners, last := m.shards, m.ownersLocked(), maps.Clone(m.last)
 	m.mu.Unlock()
-	return target(shards, identity, memberSet(members), owners)
+	return target(shards, identity, memberSet(members), owners, last)
 }
 
 // ownersLocked is the ownership this member knows, shard → identity: its
@@ -241,7 +244,7 @@ func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)
 	defer func() {
 		stop()
 		m.mu.Lock()
-		m.seen, m.wanted = nil, nil // the next membership reads afresh
+		m.seen, m.last, m.wanted = nil, nil, nil // the next membership reads afresh
 		m.mu.Unlock()
 		if ctx.Err() != nil || row.Context().Err() == nil {
 			leave(ErrLeft)
@@ -267,35 +270,6 @@ func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)
 		m.reconcile(ctx, row, o)
 		timer.Reset(m.cfg.PollInterval)
 	}
-}
-
-// reconcile reads the group's rows — members and shard owners, in one
-// query — and makes the running owners match this member's target. A
-// failed read changes nothing.
-func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
-	v, err := m.readView(ctx, row)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.cfg.Logger.Warn("shard: cannot read the group", "group", m.cfg.Group, "member", m.cfg.Identity, "err", err)
-		}
-		return
-	}
-	// Our row is live (we hold its lease); if the read lacks it, it was
-	// read before the server saw it, or it renewed late. Count ourselves in.
-	members := memberSet(append(v.members, m.cfg.Identity))
-	m.mu.Lock()
-	m.seen = v.owners
-	shards, owners := m.shards, m.ownersLocked()
-	m.mu.Unlock()
-	want := target(shards, m.cfg.Identity, members, owners)
-	o.set(want)
-	wanted := make(map[string]bool, len(want))
-	for _, s := range want {
-		wanted[s] = true
-	}
-	m.mu.Lock()
-	m.wanted = wanted
-	m.mu.Unlock()
 }
 
 // join acquires the member row. A row of this identity found held is

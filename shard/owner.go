@@ -67,6 +67,8 @@ type owners struct {
 	// meta is the shard leases' metadata: this membership's identity and
 	// member row token, which the others read as the shard's owner.
 	meta json.RawMessage
+	// rest is the loop's memory of its last read of the whole group.
+	rest rest
 }
 
 func newOwners(ctx context.Context, m *Member, fn func(context.Context, Shard), row int64) *owners {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/pglocks/pglocks/lease"
 )
@@ -26,10 +29,11 @@ func holderMeta(identity string, row int64) json.RawMessage {
 	return b
 }
 
-// view is one read of the group's rows: its live members and who owns
-// which shard.
+// view is one read of the group's rows: its live members and, for a read
+// of the whole group, who owns which shard.
 type view struct {
-	members []string // identities of the live member rows, sorted
+	members []string         // identities of the live member rows, sorted
+	rows    map[string]int64 // their member rows' tokens
 	// owners maps each held shard to its owner's identity, when that owner
 	// is a live member and the shard is held by its current membership.
 	// A shard held by anyone else — a member that died or left, a
@@ -37,17 +41,91 @@ type view struct {
 	owners map[string]string
 }
 
-// readView reads the group's member rows and shard leases in one query
-// (the held leases named "<Group>#…"), within TTL/3, and gives up at once
-// if the member row is lost meanwhile: a read whose reply never comes (a
-// lost packet, a half-open connection) must not keep the loop from
-// noticing the loss or from reading again.
-func (m *Member) readView(ctx context.Context, row *lease.Lease) (view, error) {
+// rest is what a member remembers of its last read of the whole group,
+// to read only the member rows while nothing changes.
+type rest struct {
+	settled bool             // that read found every shard with its target owner
+	at      time.Time        // when
+	gen     uint64           // the shard set's generation then
+	rows    map[string]int64 // the member rows then
+	target  []string         // this member's target then, sorted
+}
+
+// reconcile reads the group's rows — members and shard owners, in one
+// query — and makes the running owners match this member's target. At
+// rest — the last such read found every shard with its target owner, this
+// member holds its target, its shard set is the same and the read is less
+// than TTL old — it reads only the member rows, and the group's rows only
+// if they changed (a member joined, left, died or joined again). A failed
+// read changes nothing.
+func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
+	m.mu.Lock()
+	shards, gen := m.shards, m.gen
+	held := slices.Sorted(maps.Keys(m.held))
+	m.mu.Unlock()
+	r := &o.rest
+	if r.settled && r.gen == gen && time.Since(r.at) < m.cfg.TTL && slices.Equal(held, r.target) {
+		v, err := m.readView(ctx, row, m.cfg.Group+"#m:")
+		if err != nil || maps.Equal(v.rows, r.rows) {
+			m.readFailed(ctx, err)
+			return
+		}
+	}
+	v, err := m.readView(ctx, row, m.cfg.Group+"#")
+	if err != nil {
+		m.readFailed(ctx, err)
+		return
+	}
+	// Our row is live (we hold its lease); if the read lacks it, it was
+	// read before the server saw it, or it renewed late. Count ourselves in.
+	members := memberSet(append(v.members, m.cfg.Identity))
+	m.mu.Lock()
+	m.seen = v.owners
+	if m.last == nil {
+		m.last = map[string]string{}
+	}
+	maps.Copy(m.last, v.owners)
+	owners := m.ownersLocked()
+	last := maps.Clone(m.last)
+	m.mu.Unlock()
+	all := targets(shards, members, owners, last)
+	var want []string
+	wanted := make(map[string]bool)
+	settled := true
+	for i, id := range all {
+		if id == m.cfg.Identity {
+			want = append(want, shards[i])
+			wanted[shards[i]] = true
+		}
+		if v.owners[shards[i]] != id {
+			settled = false // a move to make, by this member or another
+		}
+	}
+	o.set(want)
+	m.mu.Lock()
+	m.wanted = wanted
+	m.mu.Unlock()
+	slices.Sort(want)
+	*r = rest{settled: settled, at: time.Now(), gen: gen, rows: v.rows, target: want}
+}
+
+func (m *Member) readFailed(ctx context.Context, err error) {
+	if err != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("shard: cannot read the group", "group", m.cfg.Group, "member", m.cfg.Identity, "err", err)
+	}
+}
+
+// readView reads the held leases named prefix… — the group's member rows
+// and shard leases, or its member rows only — within TTL/3, and gives up
+// at once if the member row is lost meanwhile: a read whose reply never
+// comes (a lost packet, a half-open connection) must not keep the loop
+// from noticing the loss or from reading again.
+func (m *Member) readView(ctx context.Context, row *lease.Lease, prefix string) (view, error) {
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3)
 	defer cancel()
 	stop := context.AfterFunc(row.Context(), cancel)
 	defer stop()
-	infos, err := m.cfg.Store.ListPrefix(rctx, m.cfg.Group+"#")
+	infos, err := m.cfg.Store.ListPrefix(rctx, prefix)
 	if err != nil {
 		return view{}, fmt.Errorf("shard: read group %q: %w", m.cfg.Group, err)
 	}
@@ -57,16 +135,15 @@ func (m *Member) readView(ctx context.Context, row *lease.Lease) (view, error) {
 // parseView makes a view of group's held leases. Group has no '#': a name
 // "<group>#…" is this group's, and no other group's.
 func parseView(group string, infos []lease.Info) view {
-	rows := map[string]int64{}
 	held := map[string]holder{}
-	v := view{owners: map[string]string{}}
+	v := view{rows: map[string]int64{}, owners: map[string]string{}}
 	for _, i := range infos {
 		rest, ok := strings.CutPrefix(i.Name, group+"#")
 		if !ok || !i.Held {
 			continue
 		}
 		if id, ok := strings.CutPrefix(rest, "m:"); ok {
-			rows[id] = i.Token
+			v.rows[id] = i.Token
 			v.members = append(v.members, id) // ListPrefix orders by name
 		} else if s, ok := strings.CutPrefix(rest, "s:"); ok {
 			var h holder
@@ -78,37 +155,51 @@ func parseView(group string, infos []lease.Info) view {
 		}
 	}
 	for s, h := range held {
-		if tok, ok := rows[h.Member]; ok && tok == h.Row {
+		if tok, ok := v.rows[h.Member]; ok && tok == h.Row {
 			v.owners[s] = h.Member
 		}
 	}
 	return v
 }
 
-// target returns the shards that member self owns in the assignment of
-// shards over members (sorted, no duplicates) when owners (shard →
-// identity) own them now.
-func target(shards []string, self string, members []string, owners map[string]string) []string {
+// targets returns each shard's target member in the assignment of shards
+// over members (sorted, no duplicates) when owners (shard → identity) own
+// them now and last owned them (see plan), indexed like shards ("" when
+// there are no members).
+func targets(shards, members []string, owners, last map[string]string) []string {
 	idx := make(map[string]int, len(members))
 	for j, id := range members {
 		idx[id] = j
 	}
-	me, ok := idx[self]
-	if !ok {
-		return nil
-	}
-	owner := make([]int, len(shards))
-	for i, s := range shards {
-		owner[i] = -1
-		if id, ok := owners[s]; ok {
-			if j, ok := idx[id]; ok {
-				owner[i] = j
+	index := func(m map[string]string) []int {
+		out := make([]int, len(shards))
+		for i, s := range shards {
+			out[i] = -1
+			if id, ok := m[s]; ok {
+				if j, ok := idx[id]; ok {
+					out[i] = j
+				}
 			}
 		}
+		return out
+	}
+	out := make([]string, len(shards))
+	for i, j := range plan(shards, members, index(owners), index(last)) {
+		if j >= 0 {
+			out[i] = members[j]
+		}
+	}
+	return out
+}
+
+// target returns the shards that member self owns in targets.
+func target(shards []string, self string, members []string, owners, last map[string]string) []string {
+	if !slices.Contains(members, self) {
+		return nil
 	}
 	var out []string
-	for i, j := range plan(shards, members, owner) {
-		if j == me {
+	for i, id := range targets(shards, members, owners, last) {
+		if id == self {
 			out = append(out, shards[i])
 		}
 	}
