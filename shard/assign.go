@@ -48,12 +48,16 @@ func plan(shards, members []string, owner, last []int) []int {
 		mh[j] = mix(hash64(id))
 	}
 	owns := make([][]int, m)
+	claim := make([]int, m) // owned, and free but last owned
 	for i, j := range owner {
 		if j >= 0 && j < m {
 			owns[j] = append(owns[j], i)
+			claim[j]++
+		} else if last != nil && last[i] >= 0 && last[i] < m {
+			claim[last[i]]++
 		}
 	}
-	caps := capacities(n, members, mh, owns)
+	caps := capacities(n, members, mh, claim)
 	room := make([]int, m)
 	for j, own := range owns {
 		if len(own) > caps[j] {
@@ -77,15 +81,18 @@ func plan(shards, members []string, owner, last []int) []int {
 }
 
 // capacities returns each member's room: ⌊N/M⌋, and one more for N mod M
-// of them. Those come first that already own more than ⌊N/M⌋ shards —
-// so that a balanced ownership keeps its shape, and a member with one
-// shard over the base never drops it while another member must take one
-// more — and then the rest by a fixed pseudo-random priority of their
-// identity. Which members get the one more does not change while shards
-// move towards the target: a member over the base without it drops to the
-// base, and one below the base with it is ranked the same until it has
-// grown past the base, after which it ranks first (TestPlanConverges).
-func capacities(n int, members []string, mh []uint64, owns [][]int) []int {
+// of them. Those come first whose claim — the shards they own, and the
+// free ones they owned last — is over ⌊N/M⌋, so that a balanced
+// ownership keeps its shape, a member with one shard over the base never
+// drops it while another member must take one more, and a member that
+// lost a lease keeps its room for it; then the rest by a fixed
+// pseudo-random priority of their identity. Which members get the one
+// more does not change while shards move towards the target: a member
+// over the base without it drops to the base (and its claim follows once
+// the dropped shards are taken), and one below the base with it is ranked
+// the same until it has grown past the base, after which it ranks first
+// (TestPlanConverges).
+func capacities(n int, members []string, mh []uint64, claim []int) []int {
 	m := len(members)
 	q, r := n/m, n%m
 	caps := make([]int, m)
@@ -97,7 +104,7 @@ func capacities(n int, members []string, mh []uint64, owns [][]int) []int {
 	if r == 0 {
 		return caps
 	}
-	over := func(j int) bool { return len(owns[j]) > q }
+	over := func(j int) bool { return claim[j] > q }
 	slices.SortFunc(order, func(a, b int) int {
 		if oa, ob := over(a), over(b); oa != ob {
 			if oa {

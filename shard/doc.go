@@ -9,13 +9,19 @@
 //
 // A [Member] of group G with identity I holds the kept-alive lease
 // "G#m:I" (its member row) for as long as it runs; the group's members
-// are the live member rows. Every PollInterval a member reads the group's
-// rows — the member rows and the shard leases, in one query — and
-// computes, by itself, which shards are its share ([Member.Target]); no
-// coordinator, no extra table. Each shard lease records, in its metadata,
+// are the live member rows. Each shard lease records, in its metadata,
 // the identity of the member holding it and the token of that member's
-// row. For each shard of its share a member acquires the lease
-// "G#s:<shard>" with keep-alive — waiting, if
+// row. Every PollInterval a member reads the group's rows — the member
+// rows and the shard leases, in one query — and computes, by itself,
+// which shards are its share ([Member.Target]); no coordinator, no extra
+// table. At rest — the last such read found every shard with its target
+// owner, and this member holds its share — it reads only the member rows,
+// one query as cheap as before the shards were counted, and the whole
+// group again when those changed (a member joined, left, died or joined
+// again), when its shard set changed, or, as a safety net, 10 TTLs after
+// its last whole read. For
+// each shard of its share a member acquires the lease "G#s:<shard>" with
+// keep-alive — waiting, if
 // another member holds it, for that member's release, which wakes it at
 // once through NOTIFY, or for the row's expiry — and runs the function
 // given to [Member.Run] with a [Shard]: the shard's name, its token, Guard
@@ -45,7 +51,12 @@
 // its shards as it has room for (the heaviest by rendezvous weight, a
 // pseudo-random weight of each (shard, member) pair from FNV-1a and
 // SplitMix64), and the shards it drops and the unowned ones go to the
-// members with room left, pairs heaviest first. Every member ends with
+// members with room left: first each to the member that last owned it,
+// as this member last read, if that member has room (so that a shard
+// whose lease its owner lost goes back to that owner, which is taking it
+// again, rather than to another member; for the one more, such a shard
+// counts as its last owner's), then the rest by (shard, member) pairs,
+// heaviest first. Every member ends with
 // exactly its room, so loads differ by at most one, and the target
 // applied is its own target: a settled group stays put
 // (TestPlanBalanced).
@@ -148,13 +159,17 @@
 //     takes up to PollInterval, not zero.
 //   - The movement bound is for one join or one leave from a settled
 //     group. A lost lease — renewals late past the trust deadline, a lease
-//     broken by hand — is not a leave: its shard is free, and goes back
-//     to its owner if that owner, which tries at once, takes it again
-//     first, else to another member with room. A member whose row is lost
-//     leaves and joins again: its shards spread over the others, then it
-//     takes ⌊N/M⌋ anew. A group starting from nothing, its members not
-//     yet seeing each other, may move shards more than once until it
-//     settles.
+//     broken by hand — is not a leave: its shard is free, its owner takes
+//     it again at once, and the others leave it to that owner, counting it
+//     as the owner's while they remember it as the last owner; only a
+//     member that has not read the group since the shard was last held
+//     (one that just joined) may take it instead (TestPlanConverges loses
+//     leases on the way and logs how many shards ended elsewhere: none in
+//     its runs). A member whose row
+//     is lost leaves and joins again: its shards spread over the others,
+//     then it takes ⌊N/M⌋ anew. A group starting from nothing, its
+//     members not yet seeing each other, may move shards more than once
+//     until it settles.
 //   - Every member of a group must run this assignment rule: a shard
 //     lease without its holder in the metadata (taken by an earlier
 //     version of this package, which assigned by the member set alone)
@@ -165,9 +180,13 @@
 //     fenced writes only.
 //   - A panic in the function given to Run is not recovered: it ends the
 //     process, as any goroutine's panic does, and the rows expire.
-//   - The group is read by polling Store.ListPrefix of "<Group>#" — its
-//     live member rows and held shard leases, M + N rows (the server
-//     still scans the lease table) — one query per member per
-//     PollInterval; there is no push notification of joins. The target is
-//     computed at every read (about 0.1 ms for 1,000 shards at rest).
+//   - The group is read by polling Store.ListPrefix, one query per member
+//     per PollInterval (two in the poll that finds the member rows
+//     changed); there is no push notification of joins. At rest it reads
+//     the member rows ("<Group>#m:", M rows); while shards move, the
+//     whole group ("<Group>#", M + N rows, about 100 times the server
+//     time of the member rows for 1,000 shards). Either scans the whole
+//     lease table. A shard whose owner fails to take it again after
+//     losing its lease (and keeps its member row) stays unowned: the
+//     others leave it to that owner.
 package shard

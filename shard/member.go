@@ -85,9 +85,10 @@ func (m *Member) SetShards(shards []string) error {
 }
 
 // Owned returns the shards this member holds now (their leases acquired,
-// their functions started, their terms not ended), by name. It is a snapshot for inspection
-// and tests, not a trust signal: a shard may be lost or given up the
-// moment after. Only a term's own Context, and writes fenced with
+// their functions started, their terms not ended, their leases' trust
+// deadlines not passed), by name. It is a snapshot for inspection and
+// tests, not a trust signal: a shard may be lost or given up the moment
+// after. Only a term's own Context, and writes fenced with
 // [Shard.Guard] or [Shard.Token], say whether the term still owns it.
 func (m *Member) Owned() []string {
 	if m == nil || m.held == nil {
@@ -136,11 +137,12 @@ func (m *Member) Members(ctx context.Context) ([]string, error) {
 
 // Target returns the shards that member identity owns in the assignment
 // this member computes when members are the group's live members: the
-// rule applied to the ownership of its last read of the group's rows,
-// with its own shards as it holds them now. It is exposed for inspection
-// and tests; it reads nothing. The order of members and any duplicates
-// in it do not matter. Before the member's first read every shard counts
-// as free.
+// rule applied to the ownership of its last read of the whole group (and
+// to the last owner it saw of each shard), with its own shards as it
+// holds them now. It is exposed for inspection and tests; it reads
+// nothing. The order of members and any duplicates in it do not matter.
+// Outside a membership (before Run's first read, after Run returned)
+// every shard counts as free.
 func (m *Member) Target(identity string, members []string) []string {
 	if m == nil {
 		return nil

@@ -51,20 +51,26 @@ type rest struct {
 	target  []string         // this member's target then, sorted
 }
 
+// restReads is how many TTLs a member at rest goes without reading the
+// whole group: a safety net, since at rest nothing the member rows do not
+// show should change the target (a lost lease's shard is its owner's to
+// take again).
+const restReads = 10
+
 // reconcile reads the group's rows — members and shard owners, in one
 // query — and makes the running owners match this member's target. At
 // rest — the last such read found every shard with its target owner, this
 // member holds its target, its shard set is the same and the read is less
-// than TTL old — it reads only the member rows, and the group's rows only
-// if they changed (a member joined, left, died or joined again). A failed
-// read changes nothing.
+// than restReads TTLs old — it reads only the member rows, and the whole
+// group only if they changed (a member joined, left, died or joined
+// again). A failed read changes nothing.
 func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 	m.mu.Lock()
 	shards, gen := m.shards, m.gen
 	held := slices.Sorted(maps.Keys(m.held))
 	m.mu.Unlock()
 	r := &o.rest
-	if r.settled && r.gen == gen && time.Since(r.at) < m.cfg.TTL && slices.Equal(held, r.target) {
+	if r.settled && r.gen == gen && time.Since(r.at) < restReads*m.cfg.TTL && slices.Equal(held, r.target) {
 		v, err := m.readView(ctx, row, m.cfg.Group+"#m:")
 		if err != nil || maps.Equal(v.rows, r.rows) {
 			m.readFailed(ctx, err)
