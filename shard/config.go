@@ -81,8 +81,9 @@ type Config struct {
 	// TTL + PollInterval. At least [lease.MinTTL]. Default: 15s.
 	TTL time.Duration
 
-	// PollInterval is how often a member reads the group's member list to
-	// notice members that joined, left or died. Default: 2s.
+	// PollInterval is how often a member reads the group's rows — its
+	// members and who owns each shard — to notice members that joined,
+	// left or died and shards that were released. Default: 2s.
 	PollInterval time.Duration
 
 	// Logger receives the member's events (attributes group, member,

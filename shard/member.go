@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +28,13 @@ type Member struct {
 	shards  []string
 	gen     uint64 // bumped by SetShards
 	running bool
-	held    map[string]int64 // shard → token, while its fn may run
+	held    map[string]*lease.Lease // shard → its term's lease, while the term holds it
+	// seen is the ownership of the last read of the group's rows (shard
+	// → identity), last the last owner seen of each shard, and wanted the
+	// shards of the target computed from them: the assignment's inputs,
+	// for the membership under way.
+	seen, last map[string]string
+	wanted     map[string]bool
 }
 
 // New checks cfg and returns a Member. It does not touch the database.
@@ -36,7 +43,7 @@ func New(cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Member{cfg: cfg, wake: make(chan struct{}, 1), shards: cfg.Shards, held: map[string]int64{}}, nil
+	return &Member{cfg: cfg, wake: make(chan struct{}, 1), shards: cfg.Shards, held: map[string]*lease.Lease{}}, nil
 }
 
 // Identity returns the member's identity in its group ("" for a nil
@@ -78,19 +85,26 @@ func (m *Member) SetShards(shards []string) error {
 }
 
 // Owned returns the shards this member holds now (their leases acquired,
-// their functions started, their terms not ended), by name. It is a snapshot for inspection
-// and tests, not a trust signal: a shard may be lost or given up the
-// moment after. Only a term's own Context, and writes fenced with
+// their functions started, their terms not ended, their leases' trust
+// deadlines not passed), by name. It is a snapshot for inspection and
+// tests, not a trust signal: a shard may be lost or given up the moment
+// after. Only a term's own Context, and writes fenced with
 // [Shard.Guard] or [Shard.Token], say whether the term still owns it.
 func (m *Member) Owned() []string {
 	if m == nil || m.held == nil {
 		return nil
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]string, 0, len(m.held))
-	for s := range m.held {
-		out = append(out, s)
+	held := maps.Clone(m.held)
+	m.mu.Unlock()
+	out := make([]string, 0, len(held))
+	for s, l := range held {
+		// A term's end unlists it at once when this member ends it; a
+		// lease's trust deadline passed is seen here even if the
+		// deadline's timer has not run yet (a stalled scheduler).
+		if l.TrustedUntil(); l.Err() == nil {
+			out = append(out, s)
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -121,34 +135,46 @@ func (m *Member) Members(ctx context.Context) ([]string, error) {
 	return ids, nil // ListPrefix orders by name
 }
 
-// Target returns the shards that member identity owns when members are
-// the group's live members: the assignment every member computes for
-// itself, exposed for inspection and tests. It reads nothing. The order of
-// members and any duplicates in it do not matter.
+// Target returns the shards that member identity owns in the assignment
+// this member computes when members are the group's live members: the
+// rule applied to the ownership of its last read of the whole group (and
+// to the last owner it saw of each shard), with its own shards as it
+// holds them now. It is exposed for inspection and tests; it reads
+// nothing. The order of members and any duplicates in it do not matter.
+// Outside a membership (before Run's first read, after Run returned)
+// every shard counts as free.
 func (m *Member) Target(identity string, members []string) []string {
 	if m == nil {
 		return nil
 	}
 	m.mu.Lock()
-	shards := m.shards
+	shards, owners, last := m.shards, m.ownersLocked(), maps.Clone(m.last)
 	m.mu.Unlock()
-	return target(shards, identity, memberSet(members))
+	return target(shards, identity, memberSet(members), owners, last)
+}
+
+// ownersLocked is the ownership this member knows, shard → identity: its
+// last read, except for its own shards, which are those it holds now
+// (some may have been taken or given up since the read) and those the
+// read found its own that it still wants — a term just lost, whose row
+// its own goroutine is releasing and taking again, so that a transient
+// loss does not change the member's share. m.mu is held.
+func (m *Member) ownersLocked() map[string]string {
+	own := make(map[string]string, len(m.seen)+len(m.held))
+	for s, id := range m.seen {
+		if id != m.cfg.Identity || m.wanted[s] {
+			own[s] = id
+		}
+	}
+	for s := range m.held {
+		own[s] = m.cfg.Identity
+	}
+	return own
 }
 
 // memberSet returns members sorted, without duplicates, in a new slice.
 func memberSet(members []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(members)))
-}
-
-// target is Target for a member set (sorted, no duplicates).
-func target(shards []string, identity string, members []string) []string {
-	var out []string
-	for i, j := range assign(shards, members) {
-		if j >= 0 && members[j] == identity {
-			out = append(out, shards[i])
-		}
-	}
-	return out
 }
 
 // Run joins the group and runs fn for every shard the member comes to
@@ -216,9 +242,12 @@ func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)
 	// (context.Canceled): they derive from a ctx that outlives Run's.
 	octx, leave := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() { leave(ErrLeft) })
-	o := newOwners(octx, m, fn)
+	o := newOwners(octx, m, fn, row.Token())
 	defer func() {
 		stop()
+		m.mu.Lock()
+		m.seen, m.last, m.wanted = nil, nil, nil // the next membership reads afresh
+		m.mu.Unlock()
 		if ctx.Err() != nil || row.Context().Err() == nil {
 			leave(ErrLeft)
 		} else {
@@ -243,42 +272,6 @@ func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)
 		m.reconcile(ctx, row, o)
 		timer.Reset(m.cfg.PollInterval)
 	}
-}
-
-// reconcile reads the member list and makes the running owners match this
-// member's share. A failed read changes nothing.
-func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
-	members, err := m.readMembers(ctx, row)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.cfg.Logger.Warn("shard: cannot read the member list", "group", m.cfg.Group, "member", m.cfg.Identity, "err", err)
-		}
-		return
-	}
-	// Our row is live (we hold its lease); if the list lacks it, it was
-	// read before the server saw it, or it renewed late. Count ourselves in.
-	members = memberSet(append(members, m.cfg.Identity))
-	m.mu.Lock()
-	shards, gen := m.shards, m.gen
-	m.mu.Unlock()
-	if !o.cached || o.gen != gen || !slices.Equal(o.members, members) {
-		// The assignment changes only with the member or the shard set.
-		o.target = target(shards, m.cfg.Identity, members)
-		o.cached, o.gen, o.members = true, gen, members
-	}
-	o.set(o.target)
-}
-
-// readMembers reads the member list within TTL/3, and gives up at once if
-// the member row is lost meanwhile: a read whose reply never comes (a
-// lost packet, a half-open connection) must not keep the loop from
-// noticing the loss or from reading again.
-func (m *Member) readMembers(ctx context.Context, row *lease.Lease) ([]string, error) {
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3)
-	defer cancel()
-	stop := context.AfterFunc(row.Context(), cancel)
-	defer stop()
-	return m.Members(rctx)
 }
 
 // join acquires the member row. A row of this identity found held is

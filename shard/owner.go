@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -63,17 +64,15 @@ type owners struct {
 	wg  sync.WaitGroup
 	// want maps each wanted shard to the cancel of its goroutine's ctx.
 	want map[string]context.CancelCauseFunc
-
-	// The last assignment, and the member set and shard set generation
-	// it was computed from.
-	cached  bool
-	gen     uint64
-	members []string
-	target  []string
+	// meta is the shard leases' metadata: this membership's identity and
+	// member row token, which the others read as the shard's owner.
+	meta json.RawMessage
+	// rest is the loop's memory of its last read of the whole group.
+	rest rest
 }
 
-func newOwners(ctx context.Context, m *Member, fn func(context.Context, Shard)) *owners {
-	return &owners{ctx: ctx, m: m, fn: fn, want: map[string]context.CancelCauseFunc{}}
+func newOwners(ctx context.Context, m *Member, fn func(context.Context, Shard), row int64) *owners {
+	return &owners{ctx: ctx, m: m, fn: fn, want: map[string]context.CancelCauseFunc{}, meta: holderMeta(m.cfg.Identity, row)}
 }
 
 // set starts an owner for every shard of target not yet wanted and stops
@@ -113,7 +112,7 @@ func (o *owners) own(ctx context.Context, s string) {
 	cfg := o.m.cfg
 	var bo backoff.Backoff
 	for ctx.Err() == nil {
-		l, err := cfg.Store.Acquire(ctx, o.m.shardLease(s), cfg.TTL, lease.WithKeepAlive())
+		l, err := cfg.Store.Acquire(ctx, o.m.shardLease(s), cfg.TTL, lease.WithKeepAlive(), lease.WithMetadata(o.meta))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -137,15 +136,15 @@ func (o *owners) hold(ctx context.Context, s string, l *lease.Lease) {
 	cfg := o.m.cfg
 	tctx, cancel := context.WithCancelCause(l.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	o.m.setHeld(s, l.Token(), true)
+	o.m.setHeld(s, l, true)
 	// Owned stops listing the shard as soon as the term ends, not once fn
 	// returns: a lost lease may be someone else's once it expires.
-	unlist := context.AfterFunc(tctx, func() { o.m.setHeld(s, l.Token(), false) })
+	unlist := context.AfterFunc(tctx, func() { o.m.setHeld(s, l, false) })
 	defer unlist()
 	cfg.Logger.Debug("shard: acquired", "group", cfg.Group, "member", cfg.Identity, "shard", s, "token", l.Token())
 	o.fn(tctx, Shard{Name: s, Token: l.Token(), lease: l})
 	<-tctx.Done()
-	o.m.setHeld(s, l.Token(), false)
+	o.m.setHeld(s, l, false)
 	stop()
 	cancel(nil)
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.TTL)
@@ -158,14 +157,14 @@ func (o *owners) hold(ctx context.Context, s string, l *lease.Lease) {
 	}
 }
 
-// setHeld records whether the term of shard s with token is held, for
+// setHeld records whether the term of shard s with lease l is held, for
 // Owned; the end of an older term does not unlist a newer one.
-func (m *Member) setHeld(s string, token int64, held bool) {
+func (m *Member) setHeld(s string, l *lease.Lease, held bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if held {
-		m.held[s] = token
-	} else if m.held[s] == token {
+		m.held[s] = l
+	} else if m.held[s] == l {
 		delete(m.held, s)
 	}
 }

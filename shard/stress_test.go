@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/pglocks/pglocks/lease"
-	"github.com/pglocks/pglocks/shard"
 )
 
 // TestStress churns a group: each round a random member crashes (its store
@@ -54,10 +52,7 @@ func TestStress(t *testing.T) {
 	if big {
 		restRate(t, g)
 	}
-	calc, err := shard.New(shard.Config{Group: g.name, Shards: g.shards, Store: newCalcStore(t, g)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mc := newMoveChecker(t, g, prev)
 	for r := range rounds {
 		victim := ids[rand.N(len(ids))]
 		crash := rand.N(2) == 0
@@ -72,34 +67,13 @@ func TestStress(t *testing.T) {
 		if crash && took > ttl+poll+10*time.Second {
 			t.Errorf("round %d: takeover of crashed %s took %v", r, victim, took)
 		}
-		checkMove(t, g, calc, prev, own, ids, len(ids)+1, fmt.Sprintf("round %d: %s %s (%v)", r, map[bool]string{true: "crash", false: "leave"}[crash], victim, took))
+		mc.step(fmt.Sprintf("round %d: %s %s (%v)", r, map[bool]string{true: "crash", false: "leave"}[crash], victim, took), own, ids)
 		join()
 		start = time.Now()
-		prev = own
 		own = g.settle(2 * time.Minute)
-		checkMove(t, g, calc, prev, own, ids, len(ids), fmt.Sprintf("round %d: join %s (%v)", r, ids[len(ids)-1], time.Since(start)))
-		prev = own
+		mc.step(fmt.Sprintf("round %d: join %s (%v)", r, ids[len(ids)-1], time.Since(start)), own, ids)
 	}
 	g.checkNoOverlap()
-}
-
-// checkMove checks balance and that the shards moved from prev to own are
-// those the assignment moves for member set ids; bigM is the larger of
-// the member counts before and after.
-func checkMove(t *testing.T, g *group, calc *shard.Member, prev, own map[string]string, ids []string, bigM int, what string) {
-	t.Helper()
-	g.balanced(own)
-	want := map[string]string{}
-	for _, id := range ids {
-		for _, s := range calc.Target(id, ids) {
-			want[s] = id
-		}
-	}
-	if !maps.Equal(own, want) {
-		t.Fatalf("%s: ownership differs from the assignment", what)
-	}
-	moved := movedCount(prev, own)
-	t.Logf("%s: %d moved, %.2f × N/M", what, moved, float64(moved)*float64(bigM)/float64(len(g.shards)))
 }
 
 // restRate logs the statements per second the database runs while the
