@@ -39,7 +39,7 @@ func patroniRuns(t *testing.T) int {
 // primary's Patroni takes the leader key back when it resumes, and the
 // cluster never names a synchronous standby again.
 var patroniFaults = []pgtest.PatroniFault{
-	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode,
+	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode, pgtest.FaultPartition,
 }
 
 // faultsWanted returns faults, or those named in PGLOCKS_PATRONI_FAULTS
@@ -59,8 +59,9 @@ func faultsWanted(faults []pgtest.PatroniFault) []pgtest.PatroniFault {
 }
 
 // TestPatroniLeaseFailover fails a real Patroni cluster's primary
-// (synchronous mode) over and over — switchover, SIGKILL of the
-// postmaster, SIGKILL of the node — while three stores acquire and release
+// (synchronous mode, 2 nodes) over and over — switchover, SIGKILL of the
+// postmaster, SIGKILL of the node, a partition of the primary from etcd,
+// clients and its standby — while three stores acquire and release
 // one name as fast as they can, a holder keeps another name alive, and a
 // waiter waits for it, all on the multi-host DSN. Each time:
 //
@@ -81,7 +82,17 @@ func faultsWanted(faults []pgtest.PatroniFault) []pgtest.PatroniFault {
 // were or will be handed out twice. PGLOCKS_PATRONI_FAULTS picks faults.
 func TestPatroniLeaseFailover(t *testing.T) {
 	runs := patroniRuns(t)
-	leaseThroughPatroni(t, pgtest.PatroniOptions{}, runs, true)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{}, runs, true,
+		faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong)))
+}
+
+// TestPatroniLeaseStrict is TestPatroniLeaseFailover under
+// synchronous_mode_strict, on 3 nodes (with 2, a primary whose standby is
+// gone accepts no write until it returns): the faults but the pauses,
+// or those PGLOCKS_PATRONI_FAULTS names. No token may be reissued.
+func TestPatroniLeaseStrict(t *testing.T) {
+	runs := patroniRuns(t)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, runs, true, faultsWanted(patroniFaults))
 }
 
 // TestPatroniLeaseAsync is TestPatroniLeaseFailover without synchronous
@@ -91,10 +102,11 @@ func TestPatroniLeaseFailover(t *testing.T) {
 // documentation says of asynchronous replicas.
 func TestPatroniLeaseAsync(t *testing.T) {
 	runs := patroniRuns(t)
-	leaseThroughPatroni(t, pgtest.PatroniOptions{Async: true}, runs, false)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{Async: true}, runs, false,
+		faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong)))
 }
 
-func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict bool) {
+func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict bool, faults []pgtest.PatroniFault) {
 	var p *pgtest.Patroni
 	cluster := func() {
 		if p != nil {
@@ -103,11 +115,10 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 			}
 		}
 		p = pgtest.NewPatroni(t, o)
-		if err := newStore(t, pgtest.NewPool(t, p.DSN()), lease.Config{}).Migrate(ctxT(t)); err != nil {
+		if err := newStore(t, pgtest.NewPool(t, patroniDSN(p)), lease.Config{}).Migrate(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	faults := faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong))
 	total := 0
 	for j, f := range faults {
 		var rs []leaseRun
@@ -174,7 +185,7 @@ type leaseRun struct {
 func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, strict bool) leaseRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	pool := pgtest.NewPool(t, p.DSN())
+	pool := pgtest.NewPool(t, patroniDSN(p))
 	held := fmt.Sprintf("held-%s-%d", f, i)
 	const ttl = 5 * time.Second
 	holder, err := newStore(t, pool, lease.Config{}).Acquire(ctx, held, ttl, lease.WithKeepAlive())
@@ -348,4 +359,14 @@ func tryAcquire(ctx context.Context, s *lease.Store, name string) (*lease.Lease,
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return s.TryAcquire(ctx, name, 2*time.Second)
+}
+
+// patroniDSN is how a test reaches the cluster: the multi-host DSN
+// (target_session_attrs=read-write), or HAProxy when
+// PGLOCKS_PATRONI_VIA=haproxy — the two ways users connect.
+func patroniDSN(p *pgtest.Patroni) string {
+	if os.Getenv("PGLOCKS_PATRONI_VIA") == "haproxy" {
+		return p.HAProxyDSN()
+	}
+	return p.DSN()
 }
