@@ -309,8 +309,9 @@ type tokenLog struct {
 }
 
 type tokenAck struct {
-	token int64
-	at    time.Time
+	token   int64
+	at      time.Time // when the acquire returned
+	trusted time.Time // the lease's TrustedUntil then
 }
 
 // churn runs n stores acquiring and releasing w.name until the returned
@@ -330,9 +331,10 @@ func (w *tokenLog) churnWith(ctx context.Context, store func() *lease.Store, n i
 			defer wg.Done()
 			for ctx.Err() == nil {
 				l, err := tryAcquire(ctx, s, w.name)
+				at := time.Now() // the return, before any wait for the lock below
 				if err == nil {
-					w.mu.Lock() // recorded before the release: acks are in token order
-					w.acks = append(w.acks, tokenAck{l.Token(), time.Now()})
+					w.mu.Lock()
+					w.acks = append(w.acks, tokenAck{l.Token(), at, l.TrustedUntil()})
 					w.mu.Unlock()
 					_ = l.Release(ctx)
 					continue
