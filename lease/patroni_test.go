@@ -151,23 +151,24 @@ func summarize(t *testing.T, f pgtest.PatroniFault, rs []leaseRun) int {
 		return reissued
 	}
 	var patroni, first, ours, waiter []time.Duration
-	kept, judged, reissued := 0, 0, 0
+	kept, lost, failed, reissued := 0, 0, 0, 0
 	for _, r := range rs {
 		patroni, first, ours = append(patroni, r.writable), append(first, r.first), append(ours, r.first-r.writable)
 		switch {
-		case r.noHolder:
 		case r.kept:
-			kept, judged = kept+1, judged+1
+			kept++
+		case r.waiter == 0: // the waiter failed (t failed with it)
+			lost, failed = lost+1, failed+1
 		default:
-			judged++
+			lost++
 			waiter = append(waiter, r.waiter-r.writable)
 		}
 		reissued += r.reissued
 	}
 	t.Logf("%s, %d runs: writable after p50 %v max %v (Patroni); acquisitions resumed after p50 %v max %v, that is %v / %v after writable (ours); "+
-		"holder kept its lease %d times, lost it %d times, the waiter holding p50 %v max %v after writable; tokens reissued %d",
+		"holder kept its lease %d times, lost it %d times, the waiter holding p50 %v max %v after writable (%d waiters failed); tokens reissued %d",
 		f, len(rs), ms(p50(patroni)), ms(maxOf(patroni)), ms(p50(first)), ms(maxOf(first)), ms(p50(ours)), ms(maxOf(ours)),
-		kept, judged-kept, ms(p50(waiter)), ms(maxOf(waiter)), reissued)
+		kept, lost, ms(p50(waiter)), ms(maxOf(waiter)), failed, reissued)
 	return reissued
 }
 
@@ -183,7 +184,7 @@ type leaseRun struct {
 
 // leaseFault runs one fault under the workload and checks it.
 func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, strict bool) leaseRun {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	pool := pgtest.NewPool(t, patroniDSN(p))
 	held := fmt.Sprintf("held-%s-%d", f, i)
@@ -193,8 +194,10 @@ func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, s
 		t.Fatal(err)
 	}
 	got := make(chan acquired, 1)
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
 	go func() {
-		l, err := newStore(t, pool, lease.Config{}).Acquire(ctx, held, ttl)
+		l, err := newStore(t, pool, lease.Config{}).Acquire(wctx, held, ttl)
 		got <- acquired{l, err, time.Now()}
 	}()
 	w := tokenLog{name: fmt.Sprintf("churn-%s-%d", f, i)}
@@ -215,28 +218,53 @@ func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, s
 			t.Fatalf("%s %d: release of the kept lease: %v", f, i, err)
 		}
 	}
-	a := <-got
-	if a.err != nil {
-		t.Fatalf("%s %d: the waiter: %v", f, i, a.err)
+	a := awaitWaiter(t, got, giveUp, writableAt, fmt.Sprintf("%s %d", f, i))
+	waiterToken := int64(0)
+	if a.err == nil {
+		waiterToken, r.waiter = a.l.Token(), a.at.Sub(fo.At)
+		if waiterToken <= holder.Token() {
+			r.reissued++
+			t.Errorf("%s %d: the waiter got token %d, the holder had %d", f, i, waiterToken, holder.Token())
+		}
+		defer func() { _ = a.l.Release(ctx) }()
 	}
-	if a.l.Token() <= holder.Token() {
-		r.reissued++
-		t.Errorf("%s %d: the waiter got token %d, the holder had %d", f, i, a.l.Token(), holder.Token())
-	}
-	r.waiter = a.at.Sub(fo.At)
 	stop()
 	r.reissued += w.check(t, fmt.Sprintf("%s %d", f, i), strict)
 	t.Logf("%s %d: %s → %s writable after %v; acquisitions resumed after %v (none for %v); holder kept: %v (%v); waiter token %d after %v; %d acquisitions, %d failed tries",
 		f, i, fo.Old, fo.New, ms(fo.Writable), ms(r.first), ms(to.Sub(from)), r.kept, holder.Err(),
-		a.l.Token(), ms(r.waiter), len(w.acks), w.errs)
-	_ = a.l.Release(ctx)
+		waiterToken, ms(r.waiter), len(w.acks), w.errs)
 	if err := fo.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r.reissued += lostTokens(t, ctx, pool, fmt.Sprintf("%s %d", f, i), strict, map[string]int64{
-		held: max(holder.Token(), a.l.Token()), w.name: w.highest(),
+		held: max(holder.Token(), waiterToken), w.name: w.highest(),
 	})
 	return r
+}
+
+// waiterBound is how long after the new primary accepted writes a waiter
+// may take to acquire before it counts as stuck: generous, the machine is
+// shared.
+const waiterBound = 2 * time.Minute
+
+// awaitWaiter returns the waiter's outcome; one that has not acquired
+// waiterBound after writableAt is given up (its Acquire's ctx cancelled)
+// and, like one that failed, fails t and returns with its error: the
+// runs go on.
+func awaitWaiter(t *testing.T, got <-chan acquired, giveUp func(), writableAt time.Time, what string) acquired {
+	t.Helper()
+	var a acquired
+	select {
+	case a = <-got:
+	case <-time.After(time.Until(writableAt.Add(waiterBound))): // a deadline, not a synchronization
+		giveUp()
+		a = <-got
+		a.err = fmt.Errorf("no lease %v after the new primary accepted writes: %w", waiterBound, a.err)
+	}
+	if a.err != nil {
+		t.Errorf("%s: the waiter: %v", what, a.err)
+	}
+	return a
 }
 
 // lostTokens reads, once the cluster has recovered, each name's counter
