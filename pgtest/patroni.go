@@ -53,6 +53,7 @@ type Patroni struct {
 	dir    string
 	bindir string
 	net    *patroniNet // nil: the nodes are on loopback
+	netErr error       // why they are, if namespaces were tried
 	host   string      // our address: etcd's and HAProxy's
 	etcd   int         // etcd's client port
 	haport int
@@ -101,10 +102,9 @@ func StartPatroni(ctx context.Context, o PatroniOptions) (*Patroni, error) {
 		return nil, err
 	}
 	p.host = "127.0.0.1"
-	if patroniNetUsable() {
-		if p.net, err = newPatroniNet(p.dir, o.Nodes); err != nil {
-			return nil, err
-		}
+	if !patroniNetUsable() {
+		p.netErr = errors.New("not root on Linux, or no ip or nft")
+	} else if p.net, p.netErr = newPatroniNet(p.dir, o.Nodes); p.netErr == nil {
 		p.host = p.net.ip(-1)
 	}
 	if err := p.startAll(ctx); err != nil {

@@ -82,6 +82,7 @@ func newPatroniNet(dir string, nodes int) (*patroniNet, error) {
 		}
 		if err := n.setup(); err != nil {
 			n.close()
+			_ = os.Remove(filepath.Join(dir, "netns")) // the names are free again: no watchdog of ours may delete them
 			return nil, fmt.Errorf("pgtest: Patroni's network: %w", err)
 		}
 		return n, nil

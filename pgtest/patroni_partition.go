@@ -44,7 +44,7 @@ func (p *Patroni) Heal(name string) error { return p.setCut("Heal", name, false)
 
 func (p *Patroni) setCut(op, name string, cut bool) error {
 	if p.net == nil {
-		return fmt.Errorf("pgtest: %s: the Patroni nodes are on loopback, which cannot be cut (nodes live in network namespaces only as root on Linux, with ip and nft): %w", op, ErrUnsupported)
+		return fmt.Errorf("pgtest: %s: the Patroni nodes are on loopback, which cannot be cut (%v): %w", op, p.netErr, ErrUnsupported)
 	}
 	for i, n := range p.nodes {
 		if n.name == name {

@@ -42,7 +42,7 @@ func TestPatroniPartition(t *testing.T) {
 	}
 	p := NewPatroni(t, PatroniOptions{})
 	if p.net == nil {
-		t.Skip("the Patroni nodes are on loopback here (not root, or no ip or nft): nothing to cut")
+		t.Skipf("the Patroni nodes are on loopback here (%v): nothing to cut", p.netErr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
