@@ -76,15 +76,21 @@ func lockThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, faults 
 		var patroni, ours, lost []time.Duration
 		failed := 0
 		for i := range runs {
-			r := lockFault(t, p, f, i)
-			patroni, lost = append(patroni, r.writable), append(lost, r.lost)
-			if r.failed {
+			var r lockRun
+			// A subtest per run: its Lockers and pools close at its end,
+			// not the whole test's (ten runs' sessions would fill the
+			// new primary's max_connections).
+			t.Run(fmt.Sprint(f, "-", i), func(t *testing.T) { r = lockFault(t, p, f, i) })
+			switch {
+			case r.writable == 0: // the run stopped early (its subtest failed)
 				failed++
-			} else {
-				ours = append(ours, r.ours)
+			case r.failed:
+				patroni, lost, failed = append(patroni, r.writable), append(lost, r.lost), failed+1
+			default:
+				patroni, lost, ours = append(patroni, r.writable), append(lost, r.lost), append(ours, r.ours)
 			}
 		}
-		t.Logf("%s, %d runs: new primary writable after p50 %v max %v; new holder after that p50 %v max %v (%d waiters failed); holder told of its loss after p50 %v max %v",
+		t.Logf("%s, %d runs: new primary writable after p50 %v max %v; new holder after that p50 %v max %v (%d runs failed); holder told of its loss after p50 %v max %v",
 			f, runs, p50(patroni), maxOf(patroni), p50(ours), maxOf(ours), failed, p50(lost), maxOf(lost))
 	}
 }

@@ -127,11 +127,16 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 			if j == 0 && i == 0 || paused {
 				cluster()
 			}
-			if paused {
-				rs = append(rs, leasePause(t, p, f, i, strict))
-			} else {
-				rs = append(rs, leaseFault(t, p, f, i, strict))
-			}
+			// A subtest per run: its stores and pool close at its end, not
+			// the whole test's (ten runs' connections would fill the new
+			// primary's max_connections, and pg_rewind could not connect).
+			t.Run(fmt.Sprint(f, "-", i), func(t *testing.T) {
+				if paused {
+					rs = append(rs, leasePause(t, p, f, i, strict))
+				} else {
+					rs = append(rs, leaseFault(t, p, f, i, strict))
+				}
+			})
 		}
 		total += summarize(t, f, rs)
 	}
