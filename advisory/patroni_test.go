@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,10 +15,10 @@ import (
 	"github.com/pglocks/pglocks/pgtest"
 )
 
-// patroniRuns is how many faults of each kind TestPatroniFailover
-// injects: PGLOCKS_PATRONI_RUNS, 1 if unset. The test is opt-in
-// (PGLOCKS_PATRONI=1): a cluster starts in some 30 s and a killed primary
-// is replaced after the leader key's TTL (20 s).
+// patroniRuns is how many faults of each kind a Patroni test injects:
+// PGLOCKS_PATRONI_RUNS, 1 if unset. The tests are opt-in
+// (PGLOCKS_PATRONI=1): a cluster starts in some 30 s and a dead or cut-off
+// primary is replaced after the leader key's TTL (20 s).
 func patroniRuns(t *testing.T) int {
 	t.Helper()
 	if os.Getenv("PGLOCKS_PATRONI") != "1" {
@@ -30,37 +31,92 @@ func patroniRuns(t *testing.T) int {
 	return n
 }
 
+// faultsWanted returns faults, or those of them named in
+// PGLOCKS_PATRONI_FAULTS (a comma-separated list, e.g. "partition").
+func faultsWanted(faults ...pgtest.PatroniFault) []pgtest.PatroniFault {
+	want := os.Getenv("PGLOCKS_PATRONI_FAULTS")
+	if want == "" {
+		return faults
+	}
+	return slices.DeleteFunc(faults, func(f pgtest.PatroniFault) bool {
+		return !slices.Contains(strings.Split(want, ","), string(f))
+	})
+}
+
 // TestPatroniFailover moves the primary of a real Patroni cluster
-// (synchronous mode) while one Locker holds a lock and another waits for
-// it, both on the multi-host DSN with target_session_attrs=read-write: by
-// patronictl switchover, and by SIGKILL of the primary's Patroni and
-// postmaster together (a dead machine). Each time the held lock's Lost
-// fires and the waiter acquires on the new primary. It logs, per fault,
-// the time from the fault to the new primary accepting writes with a
-// synchronous standby (Patroni's part) and to the waiter's acquisition
-// (ours on top), p50 and max over the runs.
+// (synchronous mode, 2 nodes) while one Locker holds a lock and another
+// waits for it, both on the multi-host DSN with
+// target_session_attrs=read-write: by patronictl switchover, SIGKILL of
+// the postmaster, SIGKILL of the primary's Patroni and postmaster
+// together (a dead machine), and a partition of the primary from etcd,
+// clients and its standby. Each time the held lock's Lost fires and the
+// waiter acquires on the new primary. It logs, per fault, the time from
+// the fault to the new primary accepting writes (Patroni's part) and from
+// there to the waiter's acquisition (ours), p50 and max over the runs, and
+// when the holder heard of its loss. PGLOCKS_PATRONI_FAULTS picks faults.
 func TestPatroniFailover(t *testing.T) {
 	runs := patroniRuns(t)
-	p := pgtest.NewPatroni(t, pgtest.PatroniOptions{})
-	for _, fault := range []string{"switchover", "kill"} {
-		var patroni, ours []time.Duration
+	lockThroughPatroni(t, pgtest.PatroniOptions{}, runs, faultsWanted(
+		pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode, pgtest.FaultPartition))
+}
+
+// TestPatroniFailoverStrict is TestPatroniFailover under
+// synchronous_mode_strict, on 3 nodes (with 2, a primary whose standby is
+// gone accepts no write until it returns): SIGKILL of the postmaster and
+// the partition unless PGLOCKS_PATRONI_FAULTS says otherwise.
+func TestPatroniFailoverStrict(t *testing.T) {
+	runs := patroniRuns(t)
+	lockThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, runs, faultsWanted(
+		pgtest.FaultKillPostmaster, pgtest.FaultPartition))
+}
+
+func lockThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, faults []pgtest.PatroniFault) {
+	p := pgtest.NewPatroni(t, o)
+	for _, f := range faults {
+		var patroni, ours, lost []time.Duration
+		failed := 0
 		for i := range runs {
-			pd, od := patroniFault(t, p, fault, i)
-			patroni, ours = append(patroni, pd), append(ours, od)
+			var r lockRun
+			// A subtest per run: its Lockers and pools close at its end,
+			// not the whole test's (ten runs' sessions would fill the
+			// new primary's max_connections).
+			t.Run(fmt.Sprint(f, "-", i), func(t *testing.T) { r = lockFault(t, p, f, i) })
+			switch {
+			case r.writable == 0: // the run stopped early (its subtest failed)
+				failed++
+			case r.failed:
+				patroni, lost, failed = append(patroni, r.writable), append(lost, r.lost), failed+1
+			default:
+				patroni, lost, ours = append(patroni, r.writable), append(lost, r.lost), append(ours, r.ours)
+			}
 		}
-		t.Logf("%s, %d runs: new primary writable after p50 %v max %v; new holder after that p50 %v max %v",
-			fault, runs, p50(patroni), slices.Max(patroni), p50(ours), slices.Max(ours))
+		t.Logf("%s, %d runs: new primary writable after p50 %v max %v; new holder after that p50 %v max %v (%d runs failed); holder told of its loss after p50 %v max %v",
+			f, runs, p50(patroni), maxOf(patroni), p50(ours), maxOf(ours), failed, p50(lost), maxOf(lost))
 	}
 }
 
-// patroniFault runs one fault and returns the time from it to the new
-// primary being writable and to the waiter holding the lock.
-func patroniFault(t *testing.T, p *pgtest.Patroni, fault string, i int) (time.Duration, time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+// lockRun is one fault's times from the fault: to a writable primary, to
+// the holder's Lost; and from writable to the waiter's acquisition, unless
+// the waiter failed.
+type lockRun struct {
+	writable, lost, ours time.Duration
+	failed               bool
+}
+
+// waiterBound is how long after the new primary accepted writes a waiter
+// may take to acquire before it counts as stuck: generous, the machine is
+// shared.
+const waiterBound = 2 * time.Minute
+
+// lockFault runs one fault while a lock is held and waited for, checks
+// that the holder is told and the waiter acquires, and lets the cluster
+// recover.
+func lockFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int) lockRun {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	holder := newLocker(t, pgtest.NewPool(t, p.DSN()), advisory.Config{ApplicationName: "patroni-holder"})
-	waiter := newLocker(t, pgtest.NewPool(t, p.DSN()), advisory.Config{ApplicationName: "patroni-waiter"})
-	key := pglocks.KeyOf(fmt.Sprint("patroni-", fault, i))
+	holder := newLocker(t, pgtest.NewPool(t, patroniDSN(p)), advisory.Config{ApplicationName: "patroni-holder"})
+	waiter := newLocker(t, pgtest.NewPool(t, patroniDSN(p)), advisory.Config{ApplicationName: "patroni-waiter"})
+	key := pglocks.KeyOf(fmt.Sprint("patroni-", f, i))
 	lk, err := holder.Lock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -71,52 +127,76 @@ func patroniFault(t *testing.T, p *pgtest.Patroni, fault string, i int) (time.Du
 		at  time.Time
 	}
 	got := make(chan result, 1)
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
 	go func() {
-		w, err := waiter.Lock(ctx, key)
+		w, err := waiter.Lock(wctx, key)
 		got <- result{w, err, time.Now()}
 	}()
-	old := p.Primary(ctx)
-	start := time.Now()
-	if fault == "switchover" {
-		err = p.Switchover(ctx, "")
-	} else {
-		err = p.KillNode(old)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, err := p.WaitPrimary(ctx, old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writable := time.Since(start)
-	select {
-	case <-lk.Lost():
-	case <-ctx.Done():
-		t.Fatalf("%s %d: the held lock's Lost never fired", fault, i)
-	}
-	r := <-got
-	if r.err != nil {
-		t.Fatalf("%s %d: the waiter: %v", fault, i, r.err)
-	}
-	held := r.at.Sub(start)
-	t.Logf("%s %d: %s → %s, writable after %v, waiter holds after %v (lost: %v)", fault, i, old, now, writable, held, lk.Err())
-	if err := r.lk.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if fault == "kill" {
-		if err := p.StartNode(old); err != nil {
-			t.Fatal(err)
+	lostAt := make(chan time.Time, 1)
+	go func() {
+		select {
+		case <-lk.Lost():
+			lostAt <- time.Now()
+		case <-ctx.Done():
 		}
-	}
-	if _, err := p.WaitSynchronous(ctx); err != nil { // the old primary back as a synchronous standby
+	}()
+	fo, err := p.Fault(ctx, f)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return writable, max(0, held-writable)
+	var lost time.Time
+	select {
+	case lost = <-lostAt:
+	case <-ctx.Done():
+		t.Fatalf("%s %d: the held lock's Lost never fired", f, i)
+	}
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(time.Until(fo.At.Add(fo.Writable + waiterBound))): // a deadline, not a synchronization
+		giveUp()
+		r = <-got
+		r.err = fmt.Errorf("no lock %v after the new primary accepted writes: %w", waiterBound, r.err)
+	}
+	run := lockRun{writable: fo.Writable, lost: lost.Sub(fo.At), ours: max(0, r.at.Sub(fo.At)-fo.Writable), failed: r.err != nil}
+	t.Logf("%s %d: %s → %s writable after %v; holder told after %v (%v); waiter holds %v after writable (%v)",
+		f, i, fo.Old, fo.New, ms(fo.Writable), ms(run.lost), lk.Err(), ms(run.ours), r.err)
+	if r.err != nil {
+		t.Errorf("%s %d: the waiter: %v", f, i, r.err)
+	} else if err := r.lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fo.Recover(ctx); err != nil { // the old primary back as a synchronous standby
+		t.Fatal(err)
+	}
+	return run
 }
 
 func p50(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return ms(s[len(s)/2])
+}
+
+func maxOf(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ms(slices.Max(ds))
+}
+
+func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+
+// patroniDSN is how a test reaches the cluster: the multi-host DSN
+// (target_session_attrs=read-write), or HAProxy when
+// PGLOCKS_PATRONI_VIA=haproxy — the two ways users connect.
+func patroniDSN(p *pgtest.Patroni) string {
+	if os.Getenv("PGLOCKS_PATRONI_VIA") == "haproxy" {
+		return p.HAProxyDSN()
+	}
+	return p.DSN()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,8 +19,9 @@ import (
 )
 
 // TestPatroniLeaderFailover fails a real Patroni cluster's primary
-// (synchronous mode) over — switchover, SIGKILL of the postmaster, a
-// paused postmaster, SIGKILL of the node — while three candidates, on the
+// (synchronous mode, 2 nodes) over — switchover, SIGKILL of the
+// postmaster, SIGKILL of the node, a partition of the primary from etcd,
+// clients and its standby, a paused postmaster — while three candidates, on the
 // multi-host DSN, elect a leader that makes guarded writes to a fenced
 // table. After each fault:
 //
@@ -43,8 +45,30 @@ import (
 //
 // It logs per fault the time from the fault to a writable primary
 // (Patroni's part) and from there to the new leader (ours), p50 and max.
-// Opt-in: PGLOCKS_PATRONI=1, PGLOCKS_PATRONI_RUNS runs per fault (1).
+// Opt-in: PGLOCKS_PATRONI=1, PGLOCKS_PATRONI_RUNS runs per fault (1),
+// PGLOCKS_PATRONI_FAULTS picks faults (a comma-separated list).
 func TestPatroniLeaderFailover(t *testing.T) {
+	// The pause comes last, once: with Debian's Patroni (3.0.2) the paused
+	// primary's Patroni takes the leader key back when it resumes, and the
+	// cluster never names a synchronous standby again.
+	leaderThroughPatroni(t, pgtest.PatroniOptions{}, pgtest.FaultSwitchover, pgtest.FaultKillPostmaster,
+		pgtest.FaultKillNode, pgtest.FaultPartition, pgtest.FaultPause)
+}
+
+// TestPatroniLeaderStrict is TestPatroniLeaderFailover under
+// synchronous_mode_strict, on 3 nodes (with 2, a primary whose standby is
+// gone accepts no write until it returns): SIGKILL of the postmaster and
+// the partition, unless PGLOCKS_PATRONI_FAULTS says otherwise. Every check
+// fails the test: there is no pause.
+func TestPatroniLeaderStrict(t *testing.T) {
+	leaderThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, pgtest.FaultKillPostmaster, pgtest.FaultPartition)
+}
+
+// patroniSettings skips t unless PGLOCKS_PATRONI=1, and returns the runs
+// per fault (PGLOCKS_PATRONI_RUNS, 1 if unset) and faults, or those of
+// them PGLOCKS_PATRONI_FAULTS names.
+func patroniSettings(t *testing.T, faults []pgtest.PatroniFault) (int, []pgtest.PatroniFault) {
+	t.Helper()
 	if os.Getenv("PGLOCKS_PATRONI") != "1" {
 		t.Skip("Patroni tests are opt-in: set PGLOCKS_PATRONI=1")
 	}
@@ -52,22 +76,28 @@ func TestPatroniLeaderFailover(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("PGLOCKS_PATRONI_RUNS")); err == nil && n > 0 {
 		runs = n
 	}
-	p := pgtest.NewPatroni(t, pgtest.PatroniOptions{})
-	pool := pgtest.NewPool(t, p.DSN())
+	if want := os.Getenv("PGLOCKS_PATRONI_FAULTS"); want != "" {
+		faults = slices.DeleteFunc(faults, func(f pgtest.PatroniFault) bool {
+			return !slices.Contains(strings.Split(want, ","), string(f))
+		})
+	}
+	return runs, faults
+}
+
+func leaderThroughPatroni(t *testing.T, o pgtest.PatroniOptions, faults ...pgtest.PatroniFault) {
+	runs, faults := patroniSettings(t, faults)
+	p := pgtest.NewPatroni(t, o)
+	pool := pgtest.NewPool(t, patroniDSN(p))
 	prepareFenced(t, pool)
 	book := newTrustBook()
 	for i := range 3 {
 		who := fmt.Sprint("c", i)
-		r := newReplica(t, p.DSN())
+		r := newReplica(t, patroniDSN(p))
 		e := newElector(t, r, "patroni", who, func(c *leader.Config) { c.TTL = 5 * time.Second })
 		runWork(t, e, fencedWork(r.pool, who, book.work(who)))
 	}
 	first := waitEvent(t, book.elected, "the first election")
 	last, seen := first.term.Number, map[int64]event{first.term.Number: first}
-	// The pause comes last, once: with Debian's Patroni (3.0.2) the paused
-	// primary's Patroni takes the leader key back when it resumes, and the
-	// cluster never names a synchronous standby again.
-	faults := []pgtest.PatroniFault{pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode, pgtest.FaultPause}
 	splitFrom := -1 // overlaps from here on came with Patroni's split brain
 	for _, f := range faults {
 		var patroni, ours []time.Duration
@@ -84,21 +114,12 @@ func TestPatroniLeaderFailover(t *testing.T) {
 				splitFrom = before
 			}
 		}
-		t.Logf("%s, %d runs: writable p50 %v max %v; new leader after that p50 %v max %v",
-			f, len(patroni), median(patroni), slices.Max(patroni), median(ours), slices.Max(ours))
-	}
-	for drained := false; !drained; {
-		select {
-		case ev := <-book.elected: // an election after the last fault's
-			if prev, ok := seen[ev.term.Number]; ok {
-				report(t, splitFrom >= 0, fmt.Sprintf("term %d elected twice: %s at %v and %s at %v", ev.term.Number,
-					prev.who, prev.at.Format("15:04:05.000"), ev.who, ev.at.Format("15:04:05.000")))
-			}
-			seen[ev.term.Number] = ev
-		case <-time.After(20 * time.Second): // a window to see late elections in, not a synchronization
-			drained = true
+		if len(patroni) > 0 {
+			t.Logf("%s, %d runs: writable p50 %v max %v; new leader after that p50 %v max %v",
+				f, len(patroni), median(patroni), slices.Max(patroni).Round(time.Millisecond), median(ours), slices.Max(ours).Round(time.Millisecond))
 		}
 	}
+	drainElections(t, book, seen, splitFrom >= 0)
 	checkCounter(t, pool, seen, splitFrom >= 0)
 	book.mu.Lock()
 	for i, o := range book.overlaps {
@@ -106,6 +127,24 @@ func TestPatroniLeaderFailover(t *testing.T) {
 	}
 	book.mu.Unlock()
 	checkFenced(t, pool)
+}
+
+// drainElections records the elections after the last fault's, for 20 s
+// after the last one, and reports a term number elected twice.
+func drainElections(t *testing.T, book *trustBook, seen map[int64]event, split bool) {
+	t.Helper()
+	for {
+		select {
+		case ev := <-book.elected:
+			if prev, ok := seen[ev.term.Number]; ok {
+				report(t, split, fmt.Sprintf("term %d elected twice: %s at %v and %s at %v", ev.term.Number,
+					prev.who, prev.at.Format("15:04:05.000"), ev.who, ev.at.Format("15:04:05.000")))
+			}
+			seen[ev.term.Number] = ev
+		case <-time.After(20 * time.Second): // a window to see late elections in, not a synchronization
+			return
+		}
+	}
 }
 
 // leaderFault injects f and waits for a leader in a term above last;
@@ -279,5 +318,15 @@ func checkFenced(t *testing.T, pool *pgxpool.Pool) {
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return s[len(s)/2].Round(time.Millisecond)
+}
+
+// patroniDSN is how a test reaches the cluster: the multi-host DSN
+// (target_session_attrs=read-write), or HAProxy when
+// PGLOCKS_PATRONI_VIA=haproxy — the two ways users connect.
+func patroniDSN(p *pgtest.Patroni) string {
+	if os.Getenv("PGLOCKS_PATRONI_VIA") == "haproxy" {
+		return p.HAProxyDSN()
+	}
+	return p.DSN()
 }

@@ -25,7 +25,7 @@ import (
 func leasePause(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, strict bool) leaseRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	pool := pgtest.NewPool(t, p.DSN())
+	pool := pgtest.NewPool(t, patroniDSN(p))
 	store := func() *lease.Store {
 		s, err := lease.New(pool, lease.Config{})
 		if err != nil {

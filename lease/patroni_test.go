@@ -39,7 +39,7 @@ func patroniRuns(t *testing.T) int {
 // primary's Patroni takes the leader key back when it resumes, and the
 // cluster never names a synchronous standby again.
 var patroniFaults = []pgtest.PatroniFault{
-	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode,
+	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode, pgtest.FaultPartition,
 }
 
 // faultsWanted returns faults, or those named in PGLOCKS_PATRONI_FAULTS
@@ -59,8 +59,9 @@ func faultsWanted(faults []pgtest.PatroniFault) []pgtest.PatroniFault {
 }
 
 // TestPatroniLeaseFailover fails a real Patroni cluster's primary
-// (synchronous mode) over and over — switchover, SIGKILL of the
-// postmaster, SIGKILL of the node — while three stores acquire and release
+// (synchronous mode, 2 nodes) over and over — switchover, SIGKILL of the
+// postmaster, SIGKILL of the node, a partition of the primary from etcd,
+// clients and its standby — while three stores acquire and release
 // one name as fast as they can, a holder keeps another name alive, and a
 // waiter waits for it, all on the multi-host DSN. Each time:
 //
@@ -81,7 +82,17 @@ func faultsWanted(faults []pgtest.PatroniFault) []pgtest.PatroniFault {
 // were or will be handed out twice. PGLOCKS_PATRONI_FAULTS picks faults.
 func TestPatroniLeaseFailover(t *testing.T) {
 	runs := patroniRuns(t)
-	leaseThroughPatroni(t, pgtest.PatroniOptions{}, runs, true)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{}, runs, true,
+		faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong)))
+}
+
+// TestPatroniLeaseStrict is TestPatroniLeaseFailover under
+// synchronous_mode_strict, on 3 nodes (with 2, a primary whose standby is
+// gone accepts no write until it returns): the faults but the pauses,
+// or those PGLOCKS_PATRONI_FAULTS names. No token may be reissued.
+func TestPatroniLeaseStrict(t *testing.T) {
+	runs := patroniRuns(t)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, runs, true, faultsWanted(patroniFaults))
 }
 
 // TestPatroniLeaseAsync is TestPatroniLeaseFailover without synchronous
@@ -91,10 +102,11 @@ func TestPatroniLeaseFailover(t *testing.T) {
 // documentation says of asynchronous replicas.
 func TestPatroniLeaseAsync(t *testing.T) {
 	runs := patroniRuns(t)
-	leaseThroughPatroni(t, pgtest.PatroniOptions{Async: true}, runs, false)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{Async: true}, runs, false,
+		faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong)))
 }
 
-func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict bool) {
+func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict bool, faults []pgtest.PatroniFault) {
 	var p *pgtest.Patroni
 	cluster := func() {
 		if p != nil {
@@ -103,11 +115,10 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 			}
 		}
 		p = pgtest.NewPatroni(t, o)
-		if err := newStore(t, pgtest.NewPool(t, p.DSN()), lease.Config{}).Migrate(ctxT(t)); err != nil {
+		if err := newStore(t, pgtest.NewPool(t, patroniDSN(p)), lease.Config{}).Migrate(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	faults := faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong))
 	total := 0
 	for j, f := range faults {
 		var rs []leaseRun
@@ -116,11 +127,16 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 			if j == 0 && i == 0 || paused {
 				cluster()
 			}
-			if paused {
-				rs = append(rs, leasePause(t, p, f, i, strict))
-			} else {
-				rs = append(rs, leaseFault(t, p, f, i, strict))
-			}
+			// A subtest per run: its stores and pool close at its end, not
+			// the whole test's (ten runs' connections would fill the new
+			// primary's max_connections, and pg_rewind could not connect).
+			t.Run(fmt.Sprint(f, "-", i), func(t *testing.T) {
+				if paused {
+					rs = append(rs, leasePause(t, p, f, i, strict))
+				} else {
+					rs = append(rs, leaseFault(t, p, f, i, strict))
+				}
+			})
 		}
 		total += summarize(t, f, rs)
 	}
@@ -140,23 +156,24 @@ func summarize(t *testing.T, f pgtest.PatroniFault, rs []leaseRun) int {
 		return reissued
 	}
 	var patroni, first, ours, waiter []time.Duration
-	kept, judged, reissued := 0, 0, 0
+	kept, lost, failed, reissued := 0, 0, 0, 0
 	for _, r := range rs {
 		patroni, first, ours = append(patroni, r.writable), append(first, r.first), append(ours, r.first-r.writable)
 		switch {
-		case r.noHolder:
 		case r.kept:
-			kept, judged = kept+1, judged+1
+			kept++
+		case r.waiter == 0: // the waiter failed (t failed with it)
+			lost, failed = lost+1, failed+1
 		default:
-			judged++
+			lost++
 			waiter = append(waiter, r.waiter-r.writable)
 		}
 		reissued += r.reissued
 	}
 	t.Logf("%s, %d runs: writable after p50 %v max %v (Patroni); acquisitions resumed after p50 %v max %v, that is %v / %v after writable (ours); "+
-		"holder kept its lease %d times, lost it %d times, the waiter holding p50 %v max %v after writable; tokens reissued %d",
+		"holder kept its lease %d times, lost it %d times, the waiter holding p50 %v max %v after writable (%d waiters failed); tokens reissued %d",
 		f, len(rs), ms(p50(patroni)), ms(maxOf(patroni)), ms(p50(first)), ms(maxOf(first)), ms(p50(ours)), ms(maxOf(ours)),
-		kept, judged-kept, ms(p50(waiter)), ms(maxOf(waiter)), reissued)
+		kept, lost, ms(p50(waiter)), ms(maxOf(waiter)), failed, reissued)
 	return reissued
 }
 
@@ -172,9 +189,9 @@ type leaseRun struct {
 
 // leaseFault runs one fault under the workload and checks it.
 func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, strict bool) leaseRun {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	pool := pgtest.NewPool(t, p.DSN())
+	pool := pgtest.NewPool(t, patroniDSN(p))
 	held := fmt.Sprintf("held-%s-%d", f, i)
 	const ttl = 5 * time.Second
 	holder, err := newStore(t, pool, lease.Config{}).Acquire(ctx, held, ttl, lease.WithKeepAlive())
@@ -182,8 +199,10 @@ func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, s
 		t.Fatal(err)
 	}
 	got := make(chan acquired, 1)
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
 	go func() {
-		l, err := newStore(t, pool, lease.Config{}).Acquire(ctx, held, ttl)
+		l, err := newStore(t, pool, lease.Config{}).Acquire(wctx, held, ttl)
 		got <- acquired{l, err, time.Now()}
 	}()
 	w := tokenLog{name: fmt.Sprintf("churn-%s-%d", f, i)}
@@ -204,28 +223,53 @@ func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, s
 			t.Fatalf("%s %d: release of the kept lease: %v", f, i, err)
 		}
 	}
-	a := <-got
-	if a.err != nil {
-		t.Fatalf("%s %d: the waiter: %v", f, i, a.err)
+	a := awaitWaiter(t, got, giveUp, writableAt, fmt.Sprintf("%s %d", f, i))
+	waiterToken := int64(0)
+	if a.err == nil {
+		waiterToken, r.waiter = a.l.Token(), a.at.Sub(fo.At)
+		if waiterToken <= holder.Token() {
+			r.reissued++
+			t.Errorf("%s %d: the waiter got token %d, the holder had %d", f, i, waiterToken, holder.Token())
+		}
+		defer func() { _ = a.l.Release(ctx) }()
 	}
-	if a.l.Token() <= holder.Token() {
-		r.reissued++
-		t.Errorf("%s %d: the waiter got token %d, the holder had %d", f, i, a.l.Token(), holder.Token())
-	}
-	r.waiter = a.at.Sub(fo.At)
 	stop()
 	r.reissued += w.check(t, fmt.Sprintf("%s %d", f, i), strict)
 	t.Logf("%s %d: %s → %s writable after %v; acquisitions resumed after %v (none for %v); holder kept: %v (%v); waiter token %d after %v; %d acquisitions, %d failed tries",
 		f, i, fo.Old, fo.New, ms(fo.Writable), ms(r.first), ms(to.Sub(from)), r.kept, holder.Err(),
-		a.l.Token(), ms(r.waiter), len(w.acks), w.errs)
-	_ = a.l.Release(ctx)
+		waiterToken, ms(r.waiter), len(w.acks), w.errs)
 	if err := fo.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r.reissued += lostTokens(t, ctx, pool, fmt.Sprintf("%s %d", f, i), strict, map[string]int64{
-		held: max(holder.Token(), a.l.Token()), w.name: w.highest(),
+		held: max(holder.Token(), waiterToken), w.name: w.highest(),
 	})
 	return r
+}
+
+// waiterBound is how long after the new primary accepted writes a waiter
+// may take to acquire before it counts as stuck: generous, the machine is
+// shared.
+const waiterBound = 2 * time.Minute
+
+// awaitWaiter returns the waiter's outcome; one that has not acquired
+// waiterBound after writableAt is given up (its Acquire's ctx cancelled)
+// and, like one that failed, fails t and returns with its error: the
+// runs go on.
+func awaitWaiter(t *testing.T, got <-chan acquired, giveUp func(), writableAt time.Time, what string) acquired {
+	t.Helper()
+	var a acquired
+	select {
+	case a = <-got:
+	case <-time.After(time.Until(writableAt.Add(waiterBound))): // a deadline, not a synchronization
+		giveUp()
+		a = <-got
+		a.err = fmt.Errorf("no lease %v after the new primary accepted writes: %w", waiterBound, a.err)
+	}
+	if a.err != nil {
+		t.Errorf("%s: the waiter: %v", what, a.err)
+	}
+	return a
 }
 
 // lostTokens reads, once the cluster has recovered, each name's counter
@@ -298,8 +342,9 @@ type tokenLog struct {
 }
 
 type tokenAck struct {
-	token int64
-	at    time.Time
+	token   int64
+	at      time.Time // when the acquire returned
+	trusted time.Time // the lease's TrustedUntil then
 }
 
 // churn runs n stores acquiring and releasing w.name until the returned
@@ -319,9 +364,10 @@ func (w *tokenLog) churnWith(ctx context.Context, store func() *lease.Store, n i
 			defer wg.Done()
 			for ctx.Err() == nil {
 				l, err := tryAcquire(ctx, s, w.name)
+				at := time.Now() // the return, before any wait for the lock below
 				if err == nil {
-					w.mu.Lock() // recorded before the release: acks are in token order
-					w.acks = append(w.acks, tokenAck{l.Token(), time.Now()})
+					w.mu.Lock()
+					w.acks = append(w.acks, tokenAck{l.Token(), at, l.TrustedUntil()})
 					w.mu.Unlock()
 					_ = l.Release(ctx)
 					continue
@@ -348,4 +394,14 @@ func tryAcquire(ctx context.Context, s *lease.Store, name string) (*lease.Lease,
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return s.TryAcquire(ctx, name, 2*time.Second)
+}
+
+// patroniDSN is how a test reaches the cluster: the multi-host DSN
+// (target_session_attrs=read-write), or HAProxy when
+// PGLOCKS_PATRONI_VIA=haproxy — the two ways users connect.
+func patroniDSN(p *pgtest.Patroni) string {
+	if os.Getenv("PGLOCKS_PATRONI_VIA") == "haproxy" {
+		return p.HAProxyDSN()
+	}
+	return p.DSN()
 }

@@ -51,31 +51,49 @@ func (w *tokenLog) outage(at time.Time) (from, to time.Time) {
 	return from, to
 }
 
-// check counts the acknowledged tokens not above every token acknowledged
-// before them — each one a token handed out again, since acquisitions of
-// one name are recorded in the order they were granted — and fails t on
-// any when strict.
+// check counts the acknowledged tokens handed out again — one
+// acknowledged twice, or one below a token acknowledged before it while
+// its own lease was still trusted then (two holders of one name trusting
+// their leases at once) — and fails t on any when strict. Acquisitions
+// are judged in the order their calls returned, not the order they were
+// recorded in: a lease acknowledged at the very end of its trust may
+// expire, and the name be granted again, before its goroutine records it
+// (seen once, token 46 recorded after 47, with 12 ms of trust left when
+// its call returned). Such a late token is harmless, and counted apart.
 func (w *tokenLog) check(t *testing.T, what string, strict bool) int {
 	t.Helper()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	bad, high := 0, int64(0)
+	acks := slices.Clone(w.acks)
+	w.mu.Unlock()
+	slices.SortStableFunc(acks, func(a, b tokenAck) int { return a.at.Compare(b.at) })
+	seen := map[int64]bool{}
+	var high tokenAck
+	bad, late := 0, 0
 	var first []int64
-	for _, a := range w.acks {
-		if a.token <= high {
+	for _, a := range acks {
+		switch {
+		case seen[a.token] || a.token < high.token && a.trusted.After(high.at):
 			bad++
-			if len(first) < 5 {
-				first = append(first, a.token, high)
+			if len(first) < 6 {
+				first = append(first, a.token, high.token)
 			}
+		case a.token < high.token:
+			late++
 		}
-		high = max(high, a.token)
+		seen[a.token] = true
+		if a.token > high.token {
+			high = a
+		}
+	}
+	if late > 0 {
+		t.Logf("%s: %d acknowledged tokens below an earlier one, each no longer trusted when that one was acknowledged", what, late)
 	}
 	if bad > 0 {
-		msg := "%s: %d of %d acknowledged tokens were not above an earlier one (token, highest before: %v)"
+		msg := "%s: %d of %d acknowledged tokens handed out again: acknowledged twice, or below an earlier one while still trusted (token, highest before: %v)"
 		if strict {
-			t.Errorf(msg, what, bad, len(w.acks), first)
+			t.Errorf(msg, what, bad, len(acks), first)
 		} else {
-			t.Logf(msg, what, bad, len(w.acks), first)
+			t.Logf(msg, what, bad, len(acks), first)
 		}
 	}
 	return bad

@@ -13,38 +13,45 @@ import (
 // dial connects to addr from inside the namespace: the socket is created on
 // an OS thread switched into it, and keeps the namespace after the switch
 // back.
-func (l *netLink) dial(ctx context.Context, addr string) (net.Conn, error) {
-	target, err := os.Open("/run/netns/" + l.ns)
+func (l *netLink) dial(ctx context.Context, addr string) (c net.Conn, err error) {
+	err = inNetns(l.ns, func() error {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
+		return err
+	})
+	return c, err
+}
+
+// inNetns runs f on an OS thread switched into the network namespace ns
+// (a name under /run/netns, as ip netns makes): a socket f creates, and a
+// process f starts, live there for good. The thread switches back after
+// f, or, if it cannot, stays locked and exits with its goroutine.
+func inNetns(ns string, f func() error) error {
+	target, err := os.Open("/run/netns/" + ns)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer target.Close()
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, err}
+			done <- err
 			return
 		}
 		defer orig.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, err}
+			done <- err
 			return
 		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
+		err = f()
 		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
-		} // else: the thread stays locked and exits with this goroutine.
-		ch <- result{c, err}
+		}
+		done <- err
 	}()
-	r := <-ch
-	return r.c, r.err
+	return <-done
 }

@@ -38,18 +38,24 @@ type PatroniOptions struct {
 }
 
 // Patroni is a real Patroni cluster on this machine, for tests: one etcd
-// member, Nodes PostgreSQL servers each run by its own Patroni (local
-// processes on loopback ports), and an HAProxy that routes to whichever
-// node Patroni's REST API calls the primary (GET /primary). Clients reach
-// the primary through [Patroni.DSN] (every node, target_session_attrs =
-// read-write) or [Patroni.HAProxyDSN]. Everything lives in one temp dir;
-// [Patroni.Close] stops it all, and a watchdog does should this process
-// die first.
+// member, Nodes PostgreSQL servers each run by its own Patroni, and an
+// HAProxy that routes to whichever node Patroni's REST API calls the
+// primary (GET /primary). Where it can (Linux, as root, with ip and nft)
+// each node — its Patroni and its PostgreSQL — lives in a network
+// namespace of its own on a private switch, so that [Patroni.Partition]
+// can cut it off for real; elsewhere the nodes are local processes on
+// loopback ports. Clients reach the primary through [Patroni.DSN] (every
+// node, target_session_attrs = read-write) or [Patroni.HAProxyDSN].
+// Everything lives in one temp dir (and those namespaces); [Patroni.Close]
+// stops it all, and a watchdog does should this process die first.
 type Patroni struct {
 	opts   PatroniOptions
 	dir    string
 	bindir string
-	etcd   int // client port
+	net    *patroniNet // nil: the nodes are on loopback
+	netErr error       // why they are, if namespaces were tried
+	host   string      // our address: etcd's and HAProxy's
+	etcd   int         // etcd's client port
 	haport int
 	nodes  []*patroniNode
 	procs  []*patroniProc // etcd, haproxy
@@ -95,6 +101,12 @@ func StartPatroni(ctx context.Context, o PatroniOptions) (*Patroni, error) {
 	if p.reaper, err = startWatchdog(patroniReaperScript, "PGTEST_REAP_DIR="+p.dir); err != nil {
 		return nil, err
 	}
+	p.host = "127.0.0.1"
+	if !patroniNetUsable() {
+		p.netErr = errors.New("not root on Linux, or no ip or nft")
+	} else if p.net, p.netErr = newPatroniNet(p.dir, o.Nodes); p.netErr == nil {
+		p.host = p.net.ip(-1)
+	}
 	if err := p.startAll(ctx); err != nil {
 		return nil, err
 	}
@@ -133,9 +145,9 @@ func (p *Patroni) startAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(p.etcd)
+	etcdURL := "http://" + p.host + ":" + strconv.Itoa(p.etcd)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
-	if err := p.spawn("etcd", nil, "etcd", "--name", "e0", "--data-dir", filepath.Join(p.dir, "etcd"),
+	if err := p.spawn("etcd", "", nil, "etcd", "--name", "e0", "--data-dir", filepath.Join(p.dir, "etcd"),
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "e0="+peerURL, "--enable-v2=true"); err != nil {
@@ -161,9 +173,10 @@ func (p *Patroni) startAll(ctx context.Context) error {
 	return p.startHAProxy()
 }
 
-// spawn starts a process group of its own, logging to dir/name.log, with
-// its pid in dir/name.pgid for the watchdog.
-func (p *Patroni) spawn(name string, cred *syscall.Credential, bin string, args ...string) error {
+// spawn starts a process group of its own, in the network namespace ns
+// unless ns is "", logging to dir/name.log, with its pid in dir/name.pgid
+// for the watchdog.
+func (p *Patroni) spawn(name, ns string, cred *syscall.Credential, bin string, args ...string) error {
 	logPath := filepath.Join(p.dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -174,7 +187,11 @@ func (p *Patroni) spawn(name string, cred *syscall.Credential, bin string, args 
 	cmd.Dir = p.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if ns != "" {
+		start = func() error { return inNetns(ns, cmd.Start) }
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("pgtest: %s: %w", name, err)
 	}
 	done := make(chan struct{})
@@ -255,6 +272,9 @@ func (p *Patroni) Close() error {
 		if len(p.procs) > 0 {
 			p.procs[0].stop(5 * time.Second)
 		}
+		if p.net != nil {
+			p.net.close()
+		}
 		if p.reaper != nil {
 			p.reaper.dismiss()
 		}
@@ -269,7 +289,8 @@ func (p *Patroni) Close() error {
 // this process die without closing it (see reaperScript): every process
 // group whose pid is in a .pgid file, then every postmaster (Patroni starts
 // PostgreSQL in a session of its own) by an immediate shutdown, then the
-// dir.
+// link and namespaces listed in dir/netns (the switch's with its rules),
+// then the dir.
 const patroniReaperScript = `
 read -r line
 [ "$line" = done ] && exit 0
@@ -287,6 +308,14 @@ for f in "$dir"/*/data/postmaster.pid; do
 	[ -e "$f" ] || continue
 	kill -KILL "$(head -n 1 "$f")" 2>/dev/null
 done
+if [ -f "$dir/netns" ]; then
+	while read -r kind name; do
+		case $kind in
+		link) ip link del "$name" 2>/dev/null ;;
+		netns) ip netns del "$name" 2>/dev/null ;;
+		esac
+	done <"$dir/netns"
+fi
 rm -rf "$dir"
 exit 0
 `

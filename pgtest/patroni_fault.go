@@ -142,6 +142,11 @@ const (
 	// accepts writes, long enough for clients to move to it, as a stall
 	// that outlasts the failover would.
 	FaultPauseLong PatroniFault = "pause-long"
+	// FaultPartition cuts the primary off the network — from etcd, the
+	// clients, HAProxy and its standbys — (see [Patroni.Partition]) until
+	// [Failover.Recover]: its Patroni demotes it, the leader key expires
+	// after TTL and a standby is promoted.
+	FaultPartition PatroniFault = "partition"
 )
 
 // Failover is what one [Patroni.Fault] did.
@@ -151,14 +156,20 @@ type Failover struct {
 	At       time.Time     // when the fault was injected
 	Writable time.Duration // from At until New accepted a write
 	Resumed  time.Time     // FaultPause, FaultPauseLong: when the old primary was continued
+	// ReadOnly is, for FaultPartition, the time from At until the old
+	// primary, asked through its Unix socket (beyond the cut), was first
+	// found no primary: its Patroni had begun to demote it.
+	ReadOnly time.Duration
 
 	p *Patroni
 }
 
 // Fault injects f on the current primary and returns once a primary (for
 // FaultKillPostmaster possibly the same node; for the others, another
-// node) accepts a write. A FaultPause's old primary is continued then.
-// Call [Failover.Recover] before the next fault.
+// node) accepts a write — and, for FaultPartition, once the old primary
+// is no primary any more. A FaultPause's old primary is continued then; a
+// FaultPartition's stays cut off. Call [Failover.Recover] before the next
+// fault.
 func (p *Patroni) Fault(ctx context.Context, f PatroniFault) (*Failover, error) {
 	fo := &Failover{Fault: f, Old: p.Primary(ctx), p: p}
 	if fo.Old == "" {
@@ -176,14 +187,29 @@ func (p *Patroni) Fault(ctx context.Context, f PatroniFault) (*Failover, error) 
 		err, not = p.KillPostmaster(fo.Old), ""
 	case FaultPause, FaultPauseLong:
 		err = p.PausePostmaster(fo.Old)
+	case FaultPartition:
+		err = p.Partition(fo.Old)
 	default:
 		err = fmt.Errorf("pgtest: no fault %q", f)
 	}
 	if err != nil {
 		return nil, err
 	}
+	var demoted <-chan time.Time
+	if f == FaultPartition {
+		demoted = p.watchDemotion(ctx, fo.Old)
+	}
 	fo.New, err = p.WaitPrimary(ctx, not)
 	fo.Writable = time.Since(fo.At)
+	if demoted != nil && err == nil {
+		select {
+		case at := <-demoted:
+			fo.ReadOnly = at.Sub(fo.At)
+		case <-ctx.Done():
+			err = fmt.Errorf("pgtest: partition: %s is still a primary, seen through its Unix socket, %v after it was cut off: %w\n%s",
+				fo.Old, time.Since(fo.At).Round(time.Millisecond), context.Cause(ctx), p.view())
+		}
+	}
 	if f == FaultPauseLong && err == nil {
 		select { // the stall's length, not a synchronization
 		case <-ctx.Done():
@@ -199,15 +225,20 @@ func (p *Patroni) Fault(ctx context.Context, f PatroniFault) (*Failover, error) 
 	return fo, err
 }
 
-// Recover restarts a killed node and waits until the cluster has a
-// writable primary and, in synchronous mode, a synchronous standby again:
-// ready for the next fault.
+// Recover restarts a killed node, or heals a partitioned one, and waits
+// until the cluster has a writable primary and, in synchronous mode, a
+// synchronous standby again: ready for the next fault.
 func (fo *Failover) Recover(ctx context.Context) error {
 	if fo == nil || fo.p == nil {
 		return errors.New("pgtest: recover: no failover (a nil *Failover, or not one Patroni.Fault returned)")
 	}
-	if fo.Fault == FaultKillNode {
+	switch fo.Fault {
+	case FaultKillNode:
 		if err := fo.p.StartNode(fo.Old); err != nil {
+			return err
+		}
+	case FaultPartition:
+		if err := fo.p.Heal(fo.Old); err != nil {
 			return err
 		}
 	}

@@ -1,9 +1,7 @@
 package pgtest
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,14 +9,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // patroniNode is one PostgreSQL node and the Patroni that runs it.
 type patroniNode struct {
 	name       string
 	dir        string
+	ns         string // its network namespace, "" on loopback
+	host       string // the address its PostgreSQL and REST API listen on
 	pgPort     int
 	restPort   int
 	cred       *syscall.Credential
@@ -35,14 +33,21 @@ func patroniCred() (*syscall.Credential, error) {
 }
 
 func (p *Patroni) newNode(i int, cred *syscall.Credential) (*patroniNode, error) {
-	n := &patroniNode{name: "node" + strconv.Itoa(i), cred: cred}
+	n := &patroniNode{name: "node" + strconv.Itoa(i), cred: cred, host: "127.0.0.1"}
 	n.dir = filepath.Join(p.dir, n.name)
 	var err error
-	if n.pgPort, err = freePort(); err != nil {
-		return nil, err
-	}
-	if n.restPort, err = freePort(); err != nil {
-		return nil, err
+	if p.net != nil { // a namespace of its own: the usual ports
+		if n.ns, err = p.net.addNode(i); err != nil {
+			return nil, fmt.Errorf("pgtest: Patroni's network: %w", err)
+		}
+		n.host, n.pgPort, n.restPort = p.net.ip(i), 5432, 8008
+	} else {
+		if n.pgPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		if n.restPort, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.Mkdir(n.dir, 0o700); err != nil {
 		return nil, err
@@ -64,28 +69,36 @@ func (p *Patroni) newNode(i int, cred *syscall.Credential) (*patroniNode, error)
 // nodeConfig is n's Patroni configuration (YAML; JSON is YAML).
 func (p *Patroni) nodeConfig(n *patroniNode) string {
 	q := strconv.Quote
+	rest, pg := q(n.addr(n.restPort)), q(n.addr(n.pgPort))
+	clients := "127.0.0.1/32"
+	if p.net != nil {
+		clients = patroniNetSubnet
+	}
 	return fmt.Sprintf(`{"scope": "pgtest", "name": %s,
-"restapi": {"listen": "127.0.0.1:%d", "connect_address": "127.0.0.1:%d"},
-"etcd3": {"hosts": ["127.0.0.1:%d"]},
+"restapi": {"listen": %s, "connect_address": %s},
+"etcd3": {"hosts": [%s]},
 "bootstrap": {"dcs": {"ttl": %d, "loop_wait": 1, "retry_timeout": 5, "maximum_lag_on_failover": 1048576,
   "synchronous_mode": %t, "synchronous_mode_strict": %t,
   "postgresql": {"use_pg_rewind": true, "parameters": {"wal_level": "replica", "hot_standby": "on",
     "max_wal_senders": 10, "max_replication_slots": 10, "wal_log_hints": "on", "max_connections": 100}}},
   "initdb": [{"encoding": "UTF8"}, {"auth": "trust"}],
-  "pg_hba": ["local all all trust", "host all all 127.0.0.1/32 trust", "host replication all 127.0.0.1/32 trust"]},
-"postgresql": {"listen": "127.0.0.1:%d", "connect_address": "127.0.0.1:%d", "data_dir": %s, "bin_dir": %s,
+  "pg_hba": ["local all all trust", "host all all %s trust", "host replication all %s trust"]},
+"postgresql": {"listen": %s, "connect_address": %s, "data_dir": %s, "bin_dir": %s,
   "pgpass": %s,
   "authentication": {"superuser": {"username": "postgres", "password": "postgres"},
     "replication": {"username": "replicator", "password": "replicator"},
     "rewind": {"username": "postgres", "password": "postgres"}},
   "parameters": {"unix_socket_directories": %s, "fsync": "off"}},
 "log": {"level": "INFO"}}
-`, q(n.name), n.restPort, n.restPort, p.etcd, p.opts.TTL, !p.opts.Async, p.opts.Strict,
-		n.pgPort, n.pgPort, q(filepath.Join(n.dir, "data")), q(p.bindir), q(filepath.Join(n.dir, "pgpass")), q(n.dir))
+`, q(n.name), rest, rest, q(p.host+":"+strconv.Itoa(p.etcd)), p.opts.TTL, !p.opts.Async, p.opts.Strict,
+		clients, clients, pg, pg, q(filepath.Join(n.dir, "data")), q(p.bindir), q(filepath.Join(n.dir, "pgpass")), q(n.dir))
 }
 
+// addr returns n's address with port.
+func (n *patroniNode) addr(port int) string { return n.host + ":" + strconv.Itoa(port) }
+
 func (n *patroniNode) start(p *Patroni) error {
-	return p.spawn("patroni-"+n.name, n.cred, "patroni", n.configPath)
+	return p.spawn("patroni-"+n.name, n.ns, n.cred, "patroni", n.configPath)
 }
 
 // postmasterPID reads n's postmaster.pid; 0 if there is none.
@@ -131,7 +144,7 @@ func (p *Patroni) Nodes() []string {
 func (p *Patroni) DSN() string {
 	var hosts []string
 	for _, n := range p.nodes {
-		hosts = append(hosts, "127.0.0.1:"+strconv.Itoa(n.pgPort))
+		hosts = append(hosts, n.addr(n.pgPort))
 	}
 	return "postgres://postgres@" + strings.Join(hosts, ",") + "/postgres?sslmode=disable&connect_timeout=5&target_session_attrs=read-write"
 }
@@ -149,142 +162,7 @@ func (p *Patroni) NodeDSN(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "postgres://postgres@127.0.0.1:" + strconv.Itoa(n.pgPort) + "/postgres?sslmode=disable&connect_timeout=5", nil
-}
-
-// Primary returns the node whose Patroni REST API answers GET /primary
-// with 200, or "" if none does now. The nodes are asked at once, and the
-// first 200 answers: a paused node's API may take its whole timeout (2 s)
-// to answer.
-func (p *Patroni) Primary(ctx context.Context) string {
-	answers := make(chan string, len(p.nodes))
-	for _, n := range p.nodes {
-		go func() {
-			if code, _ := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(n.restPort)+"/primary"); code == http.StatusOK {
-				answers <- n.name
-				return
-			}
-			answers <- ""
-		}()
-	}
-	for range p.nodes {
-		if name := <-answers; name != "" {
-			return name
-		}
-	}
-	return ""
-}
-
-// WaitPrimary waits until a node other than not (any node if not is "")
-// accepts a write — is out of recovery, whatever Patroni's REST API says
-// yet — and returns that node. On ctx's end the error carries Patroni's view of the cluster
-// (patronictl list) and the logs' tails.
-func (p *Patroni) WaitPrimary(ctx context.Context, not string) (string, error) {
-	return p.waitPrimary(ctx, not, false)
-}
-
-// WaitSynchronous waits for a primary that Patroni's REST API names and
-// that accepts a write, every other node a replica Patroni would promote
-// (running, not lagging) and, in synchronous mode, one of them Patroni's
-// synchronous standby: the cluster is then ready for another failover.
-func (p *Patroni) WaitSynchronous(ctx context.Context) (string, error) {
-	return p.waitPrimary(ctx, "", true)
-}
-
-func (p *Patroni) waitPrimary(ctx context.Context, not string, sync bool) (string, error) {
-	if !sync {
-		if name := p.firstWritable(ctx, not); name != "" {
-			return name, nil
-		}
-	}
-	for sync && ctx.Err() == nil {
-		if name := p.Primary(ctx); name != "" && name != not && p.writable(ctx, name) && p.hasSync(ctx, name) {
-			return name, nil
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return "", fmt.Errorf("pgtest: Patroni elected no primary (other than %q; synchronous standby wanted: %v): %w\n%s",
-		not, sync && !p.opts.Async, context.Cause(ctx), p.view())
-}
-
-// firstWritable polls every node but not, each on its own (a paused node
-// holds a connection attempt for its timeout), and returns the first that
-// accepts a write, or "" when ctx ends.
-func (p *Patroni) firstWritable(ctx context.Context, not string) string {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	found := make(chan string, len(p.nodes))
-	for _, n := range p.nodes {
-		if n.name == not {
-			continue
-		}
-		go func() {
-			for !p.writable(ctx, n.name) {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-			found <- n.name
-		}()
-	}
-	select {
-	case name := <-found:
-		return name
-	case <-ctx.Done():
-		return ""
-	}
-}
-
-// writable reports whether name accepts a write, connecting to it alone:
-// Patroni's part of a failover ends there. (A client's multi-host DSN may
-// take longer: it tries the hosts in turn, and a paused one holds it for
-// connect_timeout.)
-func (p *Patroni) writable(ctx context.Context, name string) bool {
-	dsn, err := p.NodeDSN(name)
-	if err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return false
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var ok bool
-	err = conn.QueryRow(ctx, "select not pg_catalog.pg_is_in_recovery() and pg_catalog.txid_current() > 0").Scan(&ok)
-	return err == nil && ok
-}
-
-// hasSync reports whether every node but the primary is a healthy
-// replica — Patroni's GET /replica?lag=1MB answers 200: running, and
-// replayed to within maximum_lag_on_failover of the leader's last
-// position, so Patroni would promote it — and, in synchronous mode,
-// whether one of them is Patroni's synchronous standby (GET /sync): only
-// then will Patroni switch over or fail over without losing commits.
-// (GET /sync alone is not enough: it answers from the DCS's sync key, for
-// a standby that may not stream yet, and Patroni refuses to promote a
-// replica that lags.)
-func (p *Patroni) hasSync(ctx context.Context, primary string) bool {
-	sync := p.opts.Async
-	for _, n := range p.nodes {
-		if n.name == primary {
-			continue
-		}
-		rest := "http://127.0.0.1:" + strconv.Itoa(n.restPort)
-		if code, _ := httpGet(ctx, rest+"/replica?lag=1048576"); code != http.StatusOK {
-			return false
-		}
-		if code, _ := httpGet(ctx, rest+"/sync"); code == http.StatusOK {
-			sync = true
-		}
-	}
-	return sync
+	return "postgres://postgres@" + n.addr(n.pgPort) + "/postgres?sslmode=disable&connect_timeout=5", nil
 }
 
 // view returns patronictl list and the tails of every log, for errors.
@@ -328,11 +206,11 @@ listen primary
 	default-server inter 250ms fall 2 rise 1 on-marked-down shutdown-sessions
 `, p.haport)
 	for _, n := range p.nodes {
-		fmt.Fprintf(&b, "\tserver %s 127.0.0.1:%d maxconn 100 check port %d\n", n.name, n.pgPort, n.restPort)
+		fmt.Fprintf(&b, "\tserver %s %s maxconn 100 check port %d\n", n.name, n.addr(n.pgPort), n.restPort)
 	}
 	cfg := filepath.Join(p.dir, "haproxy.cfg")
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	return p.spawn("haproxy", nil, "haproxy", "-db", "-f", cfg)
+	return p.spawn("haproxy", "", nil, "haproxy", "-db", "-f", cfg)
 }

@@ -16,21 +16,27 @@ import (
 )
 
 // patroniTrace is what a child test binary reports of the cluster it
-// started: every process of it and every port it listens on.
+// started: every process of it, every address it listens on, and, with
+// the nodes in namespaces, those namespaces (the switch's holds the nft
+// table that cuts a node off) and our end of the link to the switch.
 type patroniTrace struct {
 	Dir   string
 	Procs map[int]uint64 // pid → start time, to tell a reused pid apart
-	Ports []int
+	Addrs []string
+	Netns []string
+	Links []string
 }
 
 const watchdogChild = "PGTEST_PATRONI_WATCHDOG_CHILD"
 
 // TestPatroniWatchdog proves that a Patroni cluster does not outlive a
 // test binary killed without a chance to clean up: a child test binary
-// starts a cluster, reports its processes (etcd, HAProxy, each Patroni,
-// each postmaster and its children) and ports, and is SIGKILLed; within
-// 30 s no process of the cluster is left, no port answers and its dir is
-// gone. Opt-in: PGLOCKS_PATRONI=1.
+// starts a cluster, cuts a node off (where the nodes live in namespaces:
+// the switch then holds drop rules), reports its processes (etcd,
+// HAProxy, each Patroni, each postmaster and its children), addresses,
+// namespaces and link, and is SIGKILLed; within 30 s no process of the
+// cluster is left, no address answers, no namespace or link is left and
+// its dir is gone. Opt-in: PGLOCKS_PATRONI=1.
 func TestPatroniWatchdog(t *testing.T) {
 	if os.Getenv(watchdogChild) == "1" {
 		patroniChild(t)
@@ -63,8 +69,8 @@ func TestPatroniWatchdog(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // processes of another process tree: poll their end
 	}
-	t.Logf("%d processes and %d ports of the cluster gone %v after SIGKILL of the test binary",
-		len(tr.Procs), len(tr.Ports), time.Since(killed).Round(time.Millisecond))
+	t.Logf("%d processes, %d addresses, %d namespaces and %d links of the cluster gone %v after SIGKILL of the test binary",
+		len(tr.Procs), len(tr.Addrs), len(tr.Netns), len(tr.Links), time.Since(killed).Round(time.Millisecond))
 }
 
 // readTrace reads the child's report, failing t if the child exits or
@@ -106,10 +112,28 @@ func (tr patroniTrace) left() string {
 			fmt.Fprintf(&b, "process %d (%s) runs; ", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
-	for _, port := range tr.Ports {
-		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+	linksLeft := 0
+	for _, l := range tr.Links {
+		if _, err := os.Stat("/sys/class/net/" + l); err == nil {
+			linksLeft++
+			fmt.Fprintf(&b, "link %s exists; ", l)
+		}
+	}
+	// With our link to the switch gone, the cluster's addresses are no
+	// longer ours: a connection to one goes to the default route, where
+	// anything may answer.
+	for _, addr := range tr.Addrs {
+		if len(tr.Links) > 0 && linksLeft == 0 {
+			break
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			_ = c.Close()
-			fmt.Fprintf(&b, "port %d answers; ", port)
+			fmt.Fprintf(&b, "%s answers; ", addr)
+		}
+	}
+	for _, ns := range tr.Netns {
+		if _, err := os.Stat("/run/netns/" + ns); err == nil {
+			fmt.Fprintf(&b, "namespace %s exists; ", ns)
 		}
 	}
 	if _, err := os.Stat(tr.Dir); err == nil {
@@ -127,7 +151,18 @@ func patroniChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := patroniTrace{Dir: p.dir, Procs: map[int]uint64{}, Ports: []int{p.etcd, p.haport}}
+	tr := patroniTrace{Dir: p.dir, Procs: map[int]uint64{},
+		Addrs: []string{p.host + ":" + strconv.Itoa(p.etcd), "127.0.0.1:" + strconv.Itoa(p.haport)}}
+	if p.net != nil {
+		if err := p.Partition(p.nodes[len(p.nodes)-1].name); err != nil {
+			t.Fatal(err)
+		}
+		tr.Links = []string{p.net.rootIf}
+		tr.Netns = append(tr.Netns, p.net.sw)
+		for i := range p.nodes {
+			tr.Netns = append(tr.Netns, p.net.nodeNS(i))
+		}
+	}
 	groups := map[int]bool{}
 	for _, pr := range p.procs {
 		groups[pr.cmd.Process.Pid] = true
@@ -136,7 +171,7 @@ func patroniChild(t *testing.T) {
 	for _, n := range p.nodes {
 		groups[n.proc.cmd.Process.Pid] = true
 		roots = append(roots, n.postmasterPID())
-		tr.Ports = append(tr.Ports, n.pgPort, n.restPort)
+		tr.Addrs = append(tr.Addrs, n.addr(n.pgPort), n.addr(n.restPort))
 	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
