@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"syscall"
 	"time"
@@ -14,7 +13,7 @@ import (
 // report runs the checker and logs and asserts the run's figures: no
 // violation, no unexpected error, takeovers after SIGKILL within
 // TTL + PollInterval (plus 5 s of scheduling slack on a loaded machine),
-// and — with PGLOCKS_SHARD_STICKY=1 — every join or leave moving at most
+// and every join or leave moving at most
 // 1.2 × N/M shards. Balance was asserted at every settle.
 func (r *procRun) report() {
 	t, c := r.c.t, r.c
@@ -48,7 +47,7 @@ func (r *procRun) report() {
 }
 
 // reportMoves logs the median and worst moves per join or leave against
-// N/M, and asserts the bound when PGLOCKS_SHARD_STICKY is set.
+// N/M, and asserts the bound.
 func (r *procRun) reportMoves() {
 	t, n := r.c.t, r.c.cfg.shards
 	t.Logf("moves: %d of stop rounds with stuck shards not measured", r.skipped)
@@ -63,9 +62,6 @@ func (r *procRun) reportMoves() {
 		worst := ms[len(ms)-1]
 		t.Logf("moves per %s: n=%d median %.2f × N/M, worst %.2f × N/M (%s: %d of %d shards, M = %d)",
 			kind, len(ms), ms[len(ms)/2].ratio(n), worst.ratio(n), worst.what, worst.moved, n, worst.bigM)
-	}
-	if os.Getenv("PGLOCKS_SHARD_STICKY") == "" {
-		return
 	}
 	for _, m := range r.moves {
 		if m.ratio(n) > 1.2 {

@@ -32,7 +32,7 @@ import (
 // poll 1 s), and the statements per second of the group at rest.
 // PGLOCKS_PROC_ROUNDS and PGLOCKS_PROC_SEED override the rounds and the
 // seed of the victims' choice. Moves are asserted to stay within
-// 1.2 × N/M only with PGLOCKS_SHARD_STICKY=1.
+// 1.2 × N/M.
 func TestProcChaos(t *testing.T) {
 	t.Parallel()
 	cfg := procConfig{shards: 60, members: 3, rounds: 6, ttl: 2 * time.Second, poll: 200 * time.Millisecond, settleWithin: time.Minute}
