@@ -23,7 +23,7 @@ var ErrNoPatroni = errors.New("pgtest: Patroni needs patroni, patronictl, etcd a
 // PatroniOptions say how to build a [Patroni] cluster. The zero value gives
 // two nodes in synchronous mode (not strict).
 type PatroniOptions struct {
-	// Nodes is the number of PostgreSQL nodes, 2 if 0.
+	// Nodes is the number of PostgreSQL nodes, 2 if 0, at most 13.
 	Nodes int
 	// Async turns synchronous_mode off: a failover may then lose commits
 	// the old primary acknowledged.
@@ -80,6 +80,9 @@ type patroniProc struct {
 func StartPatroni(ctx context.Context, o PatroniOptions) (*Patroni, error) {
 	if o.Nodes <= 0 {
 		o.Nodes = 2
+	}
+	if o.Nodes > maxPatroniNodes {
+		return nil, fmt.Errorf("pgtest: StartPatroni: %d nodes; at most %d (a cluster's network is a /28)", o.Nodes, maxPatroniNodes)
 	}
 	if o.TTL <= 0 {
 		o.TTL = 20

@@ -55,6 +55,10 @@ func patroniNetUsable() bool {
 	return true
 }
 
+// maxPatroniNodes is how many nodes fit a cluster's /28 beside our end
+// (.1 of the /28's hosts) and its broadcast address.
+const maxPatroniNodes = 13
+
 // newPatroniNet makes the switch and our link to it. It reserves a /28 by
 // creating the switch's namespace, whose name carries it (ip netns add
 // fails for a name taken), and at once records the names the cluster

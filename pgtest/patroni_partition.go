@@ -130,3 +130,11 @@ func (p *Patroni) leaderKey(ctx context.Context) (string, error) {
 	}
 	return string(r.Kvs[0].Value), nil
 }
+
+// Supports reports whether f can be played on this cluster: every fault
+// can but [FaultPartition], which needs the nodes in network namespaces of
+// their own (root on Linux, with ip and nft); elsewhere they run on
+// loopback, and Partition returns [ErrUnsupported].
+func (p *Patroni) Supports(f PatroniFault) bool {
+	return f != FaultPartition || p.net != nil
+}
