@@ -45,10 +45,11 @@ type Server struct {
 	version  int        // server_version_num
 	runID    string     // outlives(): in every database name this run makes (see sweep.go)
 
-	backend backend  // nil in ModeDSN
-	shared  bool     // a local server shared by the test binaries of one go test (share.go)
-	runLock *runLock // outlives(): this run's lock session (see runlock.go)
-	pooled  bool     // ModeDSN: the DSN goes through a pooler: no sweep
+	backend  backend  // nil in ModeDSN
+	shared   bool     // a local server shared by the test binaries of one go test (share.go)
+	unshared error    // why a test binary's local server is its own, not shared
+	runLock  *runLock // outlives(): this run's lock session (see runlock.go)
+	pooled   bool     // ModeDSN: the DSN goes through a pooler: no sweep
 
 	mu        sync.Mutex
 	templates map[string]*tplState // by template name
@@ -104,6 +105,7 @@ func start(ctx context.Context, cfg config, share bool) (*Server, error) {
 	} else {
 		why = append(why, "Docker: disabled by PGTEST_DOCKER=0")
 	}
+	var unshared error
 	if share {
 		s, err := startShared(ctx, cfg)
 		if err == nil {
@@ -115,9 +117,11 @@ func start(ctx context.Context, cfg config, share bool) (*Server, error) {
 			}
 			logf("%v; starting a local server of this test binary's own", err)
 		}
+		unshared = err
 	}
 	s, err := startLocal(ctx, cfg)
 	if err == nil {
+		s.unshared = unshared
 		return s, nil
 	}
 	why = append(why, "local binaries: "+err.Error())

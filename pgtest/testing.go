@@ -88,6 +88,8 @@ func SharedServer(t testing.TB) *Server {
 			t.Logf("pgtest: %s ready in %v", shared.server, time.Since(begin).Round(time.Millisecond))
 			if b, ok := shared.server.backend.(*sharedBackend); ok {
 				t.Logf("pgtest: this test binary %s", b.joined())
+			} else if err := shared.server.unshared; err != nil {
+				t.Logf("pgtest: this test binary's server is its own, not shared with the other test binaries of go test: %v", err)
 			}
 		}
 	}
