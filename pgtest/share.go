@@ -24,8 +24,8 @@ import (
 //
 //   - reaper: flock'ed exclusively by the directory's watchdog for its
 //     whole life. The watchdog makes the directory and takes that lock
-//     before anything else is put there, so that no directory exists
-//     without one (see sharedReaperScript).
+//     before any binary puts anything there, and a binary that finds no
+//     watchdog holding it starts one (see sharedReaperScript).
 //   - lock: flock'ed exclusively by whoever finds or starts the server,
 //     and by the watchdog to remove it: one at a time.
 //   - users: flock'ed shared by every binary that uses the server, from
@@ -46,7 +46,7 @@ import (
 // would hit every binary, return ErrUnsupported.
 
 // errNoShare wraps why a binary's server is not shared; a private one
-// is started then, quietly.
+// is started then, without a warning ([SharedServer] logs why).
 var errNoShare = errors.New("not shared")
 
 // shareSpot is where the shared server of a go command and a config lives.
