@@ -87,10 +87,12 @@ func (r *reaper) dismiss() {
 }
 
 // sharedReaperScript is the watchdog of a shared server's directory
-// $PGTEST_REAP_DIR (see share.go). It makes the directory, takes the
-// directory's reaper lock, and prints ok; or prints dup if another
-// watchdog holds it, retry if the directory was removed meanwhile, or
-// noflock without the flock command. Then, in the background, every
+// $PGTEST_REAP_DIR (see share.go), which the binary that starts it has
+// made (or checked) and whose reaper file it passes as fd 3: the script
+// opens nothing by a name that another user could have planted. It takes
+// the reaper lock and prints ok; or prints dup if another watchdog holds
+// it, retry if the file is no longer the directory's (removed meanwhile),
+// or noflock without the flock command. Then, in the background, every
 // 0.2 s: once the go command ($PGTEST_SHARE_PID, started at
 // $PGTEST_SHARE_START) is gone, it takes the directory's lock and, if it
 // can take users exclusively (no test binary uses the server), removes
@@ -98,8 +100,6 @@ func (r *reaper) dismiss() {
 const sharedReaperScript = `
 command -v flock >/dev/null || { echo noflock; exit 0; }
 dir=$PGTEST_REAP_DIR
-mkdir -m 700 -p "$dir" 2>/dev/null
-exec 3>>"$dir/reaper" || exit 1
 flock -n -x 3 || { echo dup; exit 0; }
 [ "$dir/reaper" -ef "/proc/$$/fd/3" ] || { echo retry; exit 0; }
 echo ok
@@ -127,16 +127,26 @@ alive() {
 `
 
 // ensureReaper makes sure that the shared server directory sp has its
-// watchdog, starting one if not; the watchdog makes the directory.
+// watchdog, starting one if not; it makes the directory if it is not
+// there.
 func (sp shareSpot) ensureReaper() error {
 	for range 3 {
+		reaper, err := sp.openReaper()
+		if errors.Is(err, errSpotGone) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
 		cmd := exec.Command("/bin/sh", "-c", sharedReaperScript)
 		cmd.Env = append(os.Environ(), "PGTEST_REAP_DIR="+sp.dir,
 			"PGTEST_SHARE_PID="+strconv.Itoa(sp.parent.pid), "PGTEST_SHARE_START="+sp.parent.start)
+		cmd.ExtraFiles = []*os.File{reaper} // fd 3
 		// Its own process group, so a terminal's SIGINT does not kill it.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.WaitDelay = 10 * time.Second
 		out, err := cmd.Output()
+		_ = reaper.Close() // the watchdog's copy keeps the lock
 		switch strings.TrimSpace(string(out)) {
 		case "ok", "dup":
 			return nil

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // One local server for the package binaries of one go test.
@@ -53,6 +54,9 @@ var errNoShare = errors.New("not shared")
 type shareSpot struct {
 	dir    string
 	parent procID // the go command
+	ns     string // its pid namespace (pidNamespace)
+
+	lockWait time.Duration // the wait for the directory's lock; 0: shareLockWait
 }
 
 // procID names a process for as long as it lives: a pid alone may be
@@ -76,13 +80,21 @@ func shareSpotFor(cfg config, bindir string) (shareSpot, error) {
 	if err != nil {
 		return shareSpot{}, err
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%d\x00%s\x00%s\x00%d\x00%d\x00%s", parent.pid, parent.start, bindir, os.Geteuid(),
-		cfg.maxConns, strings.Join(cfg.settings, "\x00"))
+	ns := pidNamespace()
 	return shareSpot{
-		dir:    filepath.Join(dataParent(), "pgtest-shared-"+hex.EncodeToString(h.Sum(nil))[:16]),
+		dir:    filepath.Join(dataParent(), "pgtest-shared-"+shareKey(parent, ns, bindir, os.Geteuid(), cfg)),
 		parent: parent,
+		ns:     ns,
 	}, nil
+}
+
+// shareKey names the shared server of the go command parent, in the pid
+// namespace ns, for the binaries of bindir, user euid and cfg.
+func shareKey(parent procID, ns, bindir string, euid int, cfg config) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\x00%s\x00%s\x00%s\x00%d\x00%d\x00%s", parent.pid, parent.start, ns, bindir, euid,
+		cfg.maxConns, strings.Join(cfg.settings, "\x00"))
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // goParent returns this process's parent if it is the go command.
@@ -124,8 +136,17 @@ func (b *sharedBackend) restart(context.Context) error {
 }
 
 // close lets the server go: the watchdog removes it once no binary uses it
-// and the go command is gone.
-func (b *sharedBackend) close() error { return b.users.Close() }
+// and the go command is gone. A watchdog that was killed meanwhile is
+// started anew first, lest the server outlive the go command.
+func (b *sharedBackend) close() error {
+	if !b.spot.reaperAlive() {
+		if err := b.spot.ensureReaper(); err != nil {
+			logf("pgtest: the shared server %s lost its watchdog, and starting another failed: %v "+
+				"(a later go test's binaries remove it)", b.spot.dir, err)
+		}
+	}
+	return b.users.Close()
+}
 
 func (b *sharedBackend) describe() string {
 	return fmt.Sprintf("127.0.0.1:%d (%s, data in %s; shared by the test binaries of go command pid %d)",
@@ -154,6 +175,7 @@ func startShared(ctx context.Context, cfg config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	sweepShared(spot.ns)
 	b, err := spot.claim(ctx, cfg, bindir)
 	if err != nil {
 		return nil, fmt.Errorf("shared local server in %s: %w", spot.dir, err)

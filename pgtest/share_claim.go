@@ -18,6 +18,14 @@ import (
 // watchdog, while this process waited for its lock: look again.
 var errSpotGone = errors.New("the shared server's directory went away meanwhile")
 
+// errShareBusy: another binary held the shared server's directory lock for
+// shareLockWait; this binary starts a server of its own instead.
+var errShareBusy = errors.New("gave up waiting for the shared server")
+
+// shareLockWait bounds the wait for the directory's lock, which a binary
+// holds while it starts the server (seconds, even on a loaded machine).
+const shareLockWait = time.Minute
+
 // claim finds the shared server at sp, or starts it, under the
 // directory's lock, and takes this binary's hold on it (the users lock).
 func (sp shareSpot) claim(ctx context.Context, cfg config, bindir string) (*sharedBackend, error) {
@@ -45,15 +53,25 @@ func (sp shareSpot) lock(ctx context.Context) (*os.File, error) {
 		return nil, err
 	}
 	path := filepath.Join(sp.dir, "lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := openInDir(path, os.O_CREATE|os.O_RDWR)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, errSpotGone
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := flockWait(ctx, f, syscall.LOCK_EX); err != nil {
+	wait := sp.lockWait
+	if wait == 0 {
+		wait = shareLockWait
+	}
+	wctx, cancel := context.WithTimeoutCause(ctx, wait, errShareBusy)
+	defer cancel()
+	if err := flockWait(wctx, f, syscall.LOCK_EX); err != nil {
 		_ = f.Close()
+		if errors.Is(err, errShareBusy) {
+			return nil, fmt.Errorf("another test binary has held %s for %v (starting the server, or hung): %w",
+				path, wait, err)
+		}
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 	fi, ferr := f.Stat()
@@ -65,30 +83,10 @@ func (sp shareSpot) lock(ctx context.Context) (*os.File, error) {
 	return f, nil
 }
 
-// checkDir refuses a directory that is not ours: a symbolic link, or one
-// owned by another user (the temp dir may be shared by all).
-func (sp shareSpot) checkDir() error {
-	fi, err := os.Lstat(sp.dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return errSpotGone
-	}
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok {
-		return fmt.Errorf("%s is not a directory", sp.dir)
-	}
-	if int(st.Uid) != os.Geteuid() && os.Geteuid() != 0 {
-		return fmt.Errorf("%s belongs to uid %d, not to this user", sp.dir, st.Uid)
-	}
-	return nil
-}
-
 // reaperAlive reports whether a watchdog holds the directory's reaper
 // lock.
 func (sp shareSpot) reaperAlive() bool {
-	f, err := os.Open(filepath.Join(sp.dir, "reaper"))
+	f, err := openInDir(filepath.Join(sp.dir, "reaper"), os.O_RDONLY)
 	if err != nil {
 		return false
 	}
@@ -117,7 +115,7 @@ func flockWait(ctx context.Context, f *os.File, how int) error {
 // claimLocked, under the directory's lock, takes this binary's users
 // lock and finds the running server, or starts it.
 func (sp shareSpot) claimLocked(ctx context.Context, cfg config, bindir string) (*sharedBackend, error) {
-	users, err := os.OpenFile(filepath.Join(sp.dir, "users"), os.O_CREATE|os.O_RDWR, 0o600)
+	users, err := openInDir(filepath.Join(sp.dir, "users"), os.O_CREATE|os.O_RDWR)
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +206,7 @@ func (sp shareSpot) start(ctx context.Context, l *local, cfg config) error {
 	if err := l.startOnFreePort(ctx); err != nil {
 		return err
 	}
-	tmp := filepath.Join(sp.dir, "port.tmp")
-	err := os.WriteFile(tmp, []byte(strconv.Itoa(l.port)+"\n"), 0o600)
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(sp.dir, "port"))
-	}
+	err := writeInDir(sp.dir, "port", []byte(strconv.Itoa(l.port)+"\n"))
 	if err != nil {
 		l.stop(syscall.SIGQUIT)
 	}

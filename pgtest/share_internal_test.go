@@ -21,32 +21,10 @@ import (
 // binary uses the server.
 func TestShareStartCutShort(t *testing.T) {
 	t.Parallel()
-	switch _, err := exec.LookPath("flock"); {
-	case testing.Short():
-		t.Skip("-short")
-	case os.Getenv("PGTEST_DSN") != "":
-		t.Skip("PGTEST_DSN: the shared server is local mode's")
-	case err != nil:
-		t.Skip("no flock command")
-	}
+	skipUnlessShareInternal(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	goCmd := exec.Command("sleep", "3600")
-	if err := goCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = goCmd.Process.Kill(); _ = goCmd.Wait() })
-	st, ok := procStat(goCmd.Process.Pid)
-	if !ok {
-		t.Fatal("no /proc stat for the sleep")
-	}
-	spot := shareSpot{dir: filepath.Join(dataParent(), "pgtest-shared-test"+randomHex(4)),
-		parent: procID{pid: goCmd.Process.Pid, start: strconv.FormatUint(st.start, 10)}}
-	cfg := newConfig([]Option{WithoutDocker()})
-	bindir, err := findBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spot, goCmd, cfg, bindir := fakeGoSpot(t)
 	stale := cutShortStart(t, ctx, spot, cfg, bindir)
 
 	b, err := spot.claim(ctx, cfg, bindir)
@@ -70,17 +48,7 @@ func TestShareStartCutShort(t *testing.T) {
 	}
 	_ = goCmd.Process.Kill()
 	_ = goCmd.Wait()
-	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
-		_, err := os.Stat(spot.dir)
-		if errors.Is(err, os.ErrNotExist) && !processAlive(postmaster) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the server (postmaster %d, %s) is still there: %v", postmaster, spot.dir, ctx.Err())
-		case <-time.After(delay):
-		}
-	}
+	waitSpotGone(t, ctx, spot, postmaster)
 }
 
 // cutShortStart does what a binary SIGKILLed while starting the shared
@@ -104,4 +72,56 @@ func cutShortStart(t *testing.T, ctx context.Context, spot shareSpot, cfg config
 	}
 	_ = b.users.Close() // its death frees its users lock
 	return pid
+}
+
+func skipUnlessShareInternal(t *testing.T) {
+	t.Helper()
+	switch _, err := exec.LookPath("flock"); {
+	case testing.Short():
+		t.Skip("-short")
+	case os.Getenv("PGTEST_DSN") != "":
+		t.Skip("PGTEST_DSN: the shared server is local mode's")
+	case err != nil:
+		t.Skip("no flock command")
+	}
+}
+
+// fakeGoSpot returns a shared server spot, in the temp dir, of a sleep
+// standing in for the go command, which the caller may kill; and the
+// config and binaries to claim it with.
+func fakeGoSpot(t *testing.T) (shareSpot, *exec.Cmd, config, string) {
+	t.Helper()
+	goCmd := exec.Command("sleep", "3600")
+	if err := goCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = goCmd.Process.Kill(); _ = goCmd.Wait() })
+	st, ok := procStat(goCmd.Process.Pid)
+	if !ok {
+		t.Fatal("no /proc stat for the sleep")
+	}
+	spot := shareSpot{dir: filepath.Join(dataParent(), "pgtest-shared-test"+randomHex(4)),
+		parent: procID{pid: goCmd.Process.Pid, start: strconv.FormatUint(st.start, 10)}, ns: pidNamespace()}
+	bindir, err := findBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spot, goCmd, newConfig([]Option{WithoutDocker()}), bindir
+}
+
+// waitSpotGone waits until the shared server at spot, postmaster and
+// directory, is gone.
+func waitSpotGone(t *testing.T, ctx context.Context, spot shareSpot, postmaster int) {
+	t.Helper()
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		_, err := os.Stat(spot.dir)
+		if errors.Is(err, os.ErrNotExist) && !processAlive(postmaster) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the server (postmaster %d, %s) is still there: %v", postmaster, spot.dir, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
 }
