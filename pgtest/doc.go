@@ -60,7 +60,23 @@
 // directory — once the go command has exited (SIGKILL too) and no binary
 // holds that lock, checking every 0.2 s. Between binaries the server stays
 // up, idle, for the next one. TestShareGoTest proves this with real go test
-// runs.
+// runs. Should the watchdog itself be killed, a binary that still uses the
+// server starts another when it closes; if every binary dies too, nothing
+// removes the server until a later binary that would share (any go test
+// using pgtest, on that temp dir, by that user) starts: it first removes
+// every shared server of this user whose go command is gone and that no
+// watchdog or binary holds. A binary that finds the directory's lock held
+// for a minute (another binary hung while starting the server) logs why
+// and starts a server of its own.
+//
+// The directory's name is predictable and its parent (/dev/shm, /tmp) may
+// be writable by all: a binary makes the directory itself, mode 0700, and
+// uses one that is there only if it belongs to this user (or, as root, to
+// the user the server runs as, which is as trusted as for a private server)
+// and no other may write to it; its files are opened without following
+// symbolic links. Otherwise the binary logs why and starts a server of its
+// own. The key also holds the pid namespace, so containers that share a
+// temp dir do not share a server; a server is shared only within one.
 //
 // A binary uses the shared server as it would a PGTEST_DSN server (see
 // below): its databases carry its run id, it holds its run lock and sweeps

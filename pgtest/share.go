@@ -24,9 +24,9 @@ import (
 // dirs. It holds:
 //
 //   - reaper: flock'ed exclusively by the directory's watchdog for its
-//     whole life. The watchdog makes the directory and takes that lock
-//     before any binary puts anything there, and a binary that finds no
-//     watchdog holding it starts one (see sharedReaperScript).
+//     whole life. A binary makes the directory and starts the watchdog,
+//     which takes that lock, before it puts anything else there; a binary
+//     that finds no watchdog holding it starts one (see sharedReaperScript).
 //   - lock: flock'ed exclusively by whoever finds or starts the server,
 //     and by the watchdog to remove it: one at a time.
 //   - users: flock'ed shared by every binary that uses the server, from
@@ -35,10 +35,17 @@ import (
 //   - port: the server's port, written once it accepts connections.
 //   - data/, the socket, postgres.log: the cluster, as a private one's.
 //
+//   - go: the go command's pid, start time and pid namespace, written
+//     by the binary that makes the directory (mode 0700; share_dir.go says
+//     which directories are accepted).
+//
 // The watchdog removes the server (an immediate shutdown, then the
 // directory) once the go command is gone (no process of that pid and
 // start time) and it can take users exclusively: no binary uses it.
 // Between the go command's binaries the server waits, idle, for the next.
+// A killed watchdog is replaced by a binary's close, and a server left
+// with neither watchdog, go command nor binary is removed by the next
+// binary that would share (sweepShared).
 //
 // A binary using it treats it as a PGTEST_DSN server: its databases
 // carry its run id, it holds its run lock, and it sweeps dead runs'

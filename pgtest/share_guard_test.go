@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -89,10 +90,28 @@ func killWatchdog(t *testing.T, ctx context.Context, dir string) {
 // TestShareDirNotOurs: a directory at the shared server's (predictable)
 // name that another user made, or that others may write to, is refused
 // before anything is written in it: a symbolic link planted there does not
-// make this binary (root, here) write through it.
+// make this binary (root, here) write through it, and the error says why.
 func TestShareDirNotOurs(t *testing.T) {
 	t.Parallel()
 	skipUnlessShareInternal(t)
+	t.Run("WorldWritable", func(t *testing.T) {
+		t.Parallel()
+		plantedDir(t, 0o777, "writable by other users")
+	})
+	t.Run("OtherUser", func(t *testing.T) {
+		t.Parallel()
+		if os.Geteuid() != 0 {
+			t.Skip("only root can make a directory another user's")
+		}
+		plantedDir(t, 0o700, "belongs to uid 65534")
+	})
+}
+
+// plantedDir makes the directory of a shared server spot, mode perm (as
+// the nobody user, when root), with symbolic links to a victim file at the
+// names of the files a binary writes there; a claim must fail with an
+// error saying want, and leave the victim as it was.
+func plantedDir(t *testing.T, perm os.FileMode, want string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	spot, _, cfg, bindir := fakeGoSpot(t)
@@ -104,26 +123,26 @@ func TestShareDirNotOurs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(spot.dir) })
-	if err := os.Chmod(spot.dir, 0o777); err != nil {
+	if err := os.Chmod(spot.dir, perm); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"port.tmp", "port", "reaper", "lock", "users", "go"} {
+	for _, name := range []string{"port.tmp", "go.tmp"} {
 		if err := os.Symlink(victim, filepath.Join(spot.dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if os.Geteuid() == 0 { // as the nobody user would have made them
+	if os.Geteuid() == 0 {
 		_ = filepath.Walk(spot.dir, func(path string, _ os.FileInfo, _ error) error { return os.Lchown(path, 65534, 65534) })
 	}
 	b, err := spot.claim(ctx, cfg, bindir)
 	if err == nil {
 		_ = b.close()
-		t.Errorf("claimed a server in a directory another user could write to")
-	} else {
-		t.Logf("refused, as it should: %v", err)
 	}
 	if got, _ := os.ReadFile(victim); string(got) != "precious\n" {
 		t.Fatalf("the file a planted symbolic link names was written: %q", got)
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("claim: %v, want an error saying %q", err, want)
 	}
 }
 
