@@ -12,10 +12,11 @@ import (
 // postgres for a password (scram-sha-256 over TCP), so that tests can meet
 // authentication failures such as a wrong password (SQLSTATE 28P01). Unix
 // sockets and postgres stay trusted. It rewrites pg_hba.conf and reloads,
-// so it refuses a [ModeDSN] server (the error wraps [ErrUnsupported]).
+// so it refuses a [ModeDSN] server, and one shared by the test binaries of
+// a go test (the error wraps [ErrUnsupported]): use [NewServer].
 func (s *Server) RequirePasswords(ctx context.Context) error {
-	if s.mode == ModeDSN {
-		return fmt.Errorf("pgtest: RequirePasswords on a %s server: %w", s.mode, ErrUnsupported)
+	if err := s.wholeServer("RequirePasswords on"); err != nil {
+		return err
 	}
 	conn, err := pgx.Connect(ctx, s.adminDSN)
 	if err != nil {

@@ -4,7 +4,8 @@
 //
 // # Finding a server
 //
-// One server serves a whole test binary, found in this order:
+// One server serves a whole test binary (local binaries: every test binary
+// of one go test, see below), found in this order:
 //
 //  1. PGTEST_DSN: a running server you name (a superuser connection
 //     string). pgtest creates and drops databases there and leaves it
@@ -36,6 +37,62 @@
 // When none works, the error names all three ways and why each failed. In
 // -short mode without PGTEST_DSN, tests that need a server are skipped.
 //
+// # One local server per go test
+//
+// go test ./... runs each package's test binary as a child of the go
+// command. In local mode (step 3: no PGTEST_DSN, no Docker), the binaries
+// of one go command share one server: the first to need it starts it, in
+// <temp dir>/pgtest-shared-<key>, and the others find it there — the key
+// is the go command's pid and start time, the PostgreSQL binaries, the
+// user, and the options that change the server ([WithMaxConnections],
+// [WithSetting]): binaries whose [Main] options differ there get a server
+// per set of options. A binary whose parent is not the go command (run by
+// hand, go test -exec, a debugger), or outside Linux, or without the flock
+// command, has a server of its own, as has every binary with PGTEST_SHARE=0
+// or [WithPrivateServer] among [Main]'s options. [NewServer] servers are
+// always private. [SharedServer] logs which case holds.
+//
+// Each binary holds a shared flock on the server's users file while it
+// uses the server, until [Server.Close] ([Main] calls it) or its death,
+// which frees the lock whatever the cause (a panic, a -timeout, SIGKILL).
+// The server's watchdog, a small detached process started with the
+// directory, removes the server — an immediate shutdown, then the
+// directory — once the go command has exited (SIGKILL too) and no binary
+// holds that lock, checking every 0.2 s. Between binaries the server stays
+// up, idle, for the next one. TestShareGoTest proves this with real go test
+// runs. Should the watchdog itself be killed, a binary that still uses the
+// server starts another when it closes; if every binary dies too, nothing
+// removes the server until a later binary that would share (any go test
+// using pgtest, on that temp dir, by that user) starts: it first removes
+// every shared server of this user whose go command is gone and that no
+// watchdog or binary holds. A binary that finds the directory's lock held
+// for a minute (another binary hung while starting the server) logs why
+// and starts a server of its own.
+//
+// The directory's name is predictable and its parent (/dev/shm, /tmp) may
+// be writable by all: a binary makes the directory itself, mode 0700, and
+// uses one that is there only if it belongs to this user (or, as root, to
+// the user the server runs as, which is as trusted as for a private server)
+// and no other may write to it; its files are opened without following
+// symbolic links. Otherwise the binary logs why and starts a server of its
+// own. The key also holds the pid namespace, so containers that share a
+// temp dir do not share a server; a server is shared only within one.
+//
+// A binary uses the shared server as it would a PGTEST_DSN server (see
+// below): its databases carry its run id, it holds its run lock and sweeps
+// dead runs' databases, so that binaries running at once never touch each
+// other's databases; [WithMigrator] templates are made once, by the first
+// binary that needs them, and cloned by the others; [WithTemplate]
+// templates stay the binary's own. What would hit every binary is refused:
+// [Server.Restart] and [Server.RequirePasswords] return [ErrUnsupported]
+// (use [NewServer]), and [Server.TerminateApplication] leaves the backends
+// of other runs' databases alone. What pgtest cannot refuse is the tests'
+// own business: ALTER SYSTEM, signals to the postmaster, roles of fixed
+// names, or counts over pg_stat_activity or pg_locks not scoped to the
+// test's database would reach the other binaries' tests; such a package
+// needs [NewServer], or [WithPrivateServer] in its TestMain. max_connections
+// (500 by default) is shared too.
+//
 // [Start] is the same search outside tests: examples and command-line tools
 // use it to run on a throwaway server when no DSN is given.
 //
@@ -61,10 +118,13 @@
 //     of its own and never commits.
 //
 // A failed test's database is kept, and its DSN logged, for as long as the
-// server lives: a throwaway server goes when the test binary exits; on a
-// PGTEST_DSN server it stays until a later run's sweep.
+// server lives: a private throwaway server goes when the test binary
+// exits, the shared local one when go test has ended (or sooner, should a
+// later binary's sweep drop it); on a PGTEST_DSN server it stays until a
+// later run's sweep.
 //
-// On a server that outlives the run (PGTEST_DSN), every database a run
+// On a server that outlives the run (PGTEST_DSN, or the shared local
+// server), every database a run
 // makes is named pgtest_<run id>_<suffix>, and the run holds a session
 // advisory lock on that id for its lifetime, on a session kept alive
 // (keepalives, no idle timeouts) and watched: should it be lost, that is
@@ -85,11 +145,12 @@
 // may sit on a server session lent to other clients: such a run does not
 // sweep, and logs so. Give the sweep a direct DSN.
 //
-// A throwaway server is removed — processes, files, container — by
-// [Server.Close], which [Main] calls after the tests. Should the test binary
-// die first (a panic, a -timeout, SIGINT, SIGKILL), a watchdog process
-// started with the server notices its pipe close and removes the server
-// instead. The package's own tests prove this with child test binaries.
+// A private throwaway server is removed — processes, files, container —
+// by [Server.Close], which [Main] calls after the tests. Should the test
+// binary die first (a panic, a -timeout, SIGINT, SIGKILL), a watchdog
+// process started with the server notices its pipe close and removes the
+// server instead. The package's own tests prove this with child test
+// binaries. The shared local server's teardown is described above.
 //
 // # Clusters
 //
@@ -190,5 +251,6 @@
 //	}
 //
 // Environment: PGTEST_DSN, PGTEST_IMAGE, PGTEST_DOCKER, PGTEST_BINDIR,
-// PGTEST_TMPDIR, PGTEST_INITDB_CACHE, and Docker's own DOCKER_HOST.
+// PGTEST_TMPDIR, PGTEST_INITDB_CACHE, PGTEST_SHARE, and Docker's own
+// DOCKER_HOST.
 package pgtest

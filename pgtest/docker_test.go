@@ -38,6 +38,9 @@ func dockerImage(t *testing.T) (string, *dockertest.Pool) {
 	if testing.Short() {
 		t.Skip("-short: Docker-mode tests start containers")
 	}
+	if os.Getenv("PGTEST_DOCKER") == "0" {
+		t.Skip("PGTEST_DOCKER=0: no Docker-mode tests")
+	}
 	dockerSetup.once.Do(func() {
 		pool, err := dockertest.NewPool("")
 		if err == nil {

@@ -14,13 +14,14 @@ var examples struct {
 
 // ExampleDSN returns the DSN of a fresh database for an Example function
 // (which has no testing.TB for [New]). The first call starts a server,
-// as [Start] does; later calls reuse it. [Main] and [WrapMain] close it
+// as [Start] does, or joins the local server of this go test's test
+// binaries as [SharedServer] does; later calls reuse it. [Main] and [WrapMain] close it
 // when the tests ran; else call [CloseExampleServer].
 func ExampleDSN(ctx context.Context) (string, error) {
 	examples.mu.Lock()
 	defer examples.mu.Unlock()
 	if examples.srv == nil && examples.err == nil {
-		examples.srv, examples.err = Start(ctx)
+		examples.srv, examples.err = start(ctx, newConfig(nil), true)
 	}
 	if examples.err != nil {
 		return "", examples.err

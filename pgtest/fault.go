@@ -32,7 +32,10 @@ func (s *Server) TerminateBackend(ctx context.Context, pid uint32) error {
 
 // TerminateApplication terminates every backend, other than the caller's,
 // whose application_name is name, and returns how many it terminated once
-// all of them are gone (see [Server.TerminateBackend]).
+// all of them are gone (see [Server.TerminateBackend]). On a server that
+// other runs use too (PGTEST_DSN, or the local server that the test
+// binaries of a go test share), backends connected to another run's
+// databases are left alone.
 func (s *Server) TerminateApplication(ctx context.Context, name string) (int, error) {
 	return s.terminateApplication(ctx, name, "")
 }
@@ -54,8 +57,14 @@ func (s *Server) terminateApplication(ctx context.Context, name, datname string)
 	defer conn.Close(context.WithoutCancel(ctx))
 	// Find first, then terminate: the planner may evaluate a
 	// pg_terminate_backend in a WHERE clause before the other conditions.
+	others := "" // a pattern of this run's database names, when other runs may be there
+	if s.outlives() {
+		others = "pgtest\\_" + s.runID + "\\_%"
+	}
 	rows, err := conn.Query(ctx, `select pid from pg_stat_activity
-		where application_name = $1 and pid <> pg_backend_pid() and ($2 = '' or datname = $2)`, name, datname)
+		where application_name = $1 and pid <> pg_backend_pid() and ($2 = '' or datname = $2)
+		and not ($3 <> '' and coalesce(datname, '') ~ '^pgtest_[0-9a-f]{8}_([0-9a-f]{12}|template)$'
+			and datname not like $3)`, name, datname, others)
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: terminate application %q: %w", name, err)
 	}

@@ -28,9 +28,15 @@ type local struct {
 	args   []string
 	reaper *reaper
 
+	// detached: the postmaster is no child of ours, none of our
+	// goroutines waits for it, and it outlives this process (a shared
+	// server, see share.go); pid is its process id.
+	detached bool
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
+	pid  int           // detached: the postmaster's pid, 0 once stopped
 }
 
 func startLocal(ctx context.Context, cfg config) (*Server, error) {
@@ -217,23 +223,14 @@ func (l *local) command(ctx context.Context, name string, args ...string) *exec.
 // start runs postgres on l.port and waits until it accepts connections.
 func (l *local) start(ctx context.Context) error {
 	logPath := filepath.Join(l.dir, "postgres.log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	launch := l.launch
+	if l.detached {
+		launch = l.launchDetached
+	}
+	exited, err := launch(logPath)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	// Not CommandContext: the server outlives ctx, which bounds only the start.
-	cmd := l.command(context.Background(), "postgres", append(l.args, "-p", strconv.Itoa(l.port))...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	l.mu.Lock()
-	l.cmd, l.done = cmd, done
-	l.mu.Unlock()
-
 	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", l.port)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		conn, err := pgx.Connect(ctx, dsn)
@@ -241,9 +238,10 @@ func (l *local) start(ctx context.Context) error {
 			_ = conn.Close(ctx)
 			return nil
 		}
-		select {
-		case <-done:
+		if exited() {
 			return fmt.Errorf("%w: %s", errExitedAtStart, tail(logPath))
+		}
+		select {
 		case <-ctx.Done():
 			l.stop(syscall.SIGQUIT)
 			return fmt.Errorf("postgres not ready: %w: %s", context.Cause(ctx), tail(logPath))
@@ -252,13 +250,76 @@ func (l *local) start(ctx context.Context) error {
 	}
 }
 
+// launch starts postgres as a child of this process, and returns a
+// function that reports whether it has exited.
+func (l *local) launch(logPath string) (func() bool, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	// Not CommandContext: the server outlives ctx, which bounds only the start.
+	cmd := l.command(context.Background(), "postgres", append(l.args, "-p", strconv.Itoa(l.port))...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	l.mu.Lock()
+	l.cmd, l.done = cmd, done
+	l.mu.Unlock()
+	return func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}, nil
+}
+
+// detachScript starts the postmaster ($0, arguments $@) in the background
+// of a shell that exits at once, and prints its pid: the postmaster's
+// parent is then init, not this process, and its output goes to the log,
+// not to a pipe of ours (go test waits for its test binaries' pipes to
+// close).
+const detachScript = `"$0" "$@" </dev/null >>"$PGTEST_LOG" 2>&1 &
+echo $!`
+
+// launchDetached starts postgres outside this process's care, for a
+// server that outlives it, and returns a function that reports whether it
+// has exited.
+func (l *local) launchDetached(logPath string) (func() bool, error) {
+	cmd := l.command(context.Background(), "postgres", append(l.args, "-p", strconv.Itoa(l.port))...)
+	cmd.Args = append([]string{"sh", "-c", detachScript, cmd.Path}, cmd.Args[1:]...)
+	cmd.Path, cmd.Err = "/bin/sh", nil
+	cmd.Env = append(cmd.Env, "PGTEST_LOG="+logPath)
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: started, but its pid is %q", out)
+	}
+	l.mu.Lock()
+	l.pid = pid
+	l.mu.Unlock()
+	return func() bool { return !processAlive(pid) }, nil
+}
+
 // stop signals the postmaster (SIGINT: fast shutdown, SIGQUIT: immediate)
 // and waits for it to exit.
 func (l *local) stop(sig syscall.Signal) {
 	l.mu.Lock()
-	cmd, done := l.cmd, l.done
-	l.cmd = nil
+	cmd, done, pid := l.cmd, l.done, l.pid
+	l.cmd, l.pid = nil, 0
 	l.mu.Unlock()
+	if pid != 0 {
+		stopDetached(pid, sig)
+		return
+	}
 	if cmd == nil {
 		return
 	}
@@ -268,6 +329,15 @@ func (l *local) stop(sig syscall.Signal) {
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		<-done
+	}
+}
+
+// stopDetached signals the detached process pid and waits for it to exit;
+// after 30 s it kills it.
+func stopDetached(pid int, sig syscall.Signal) {
+	if syscall.Kill(pid, sig) == nil && !waitDead(pid, 30*time.Second) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		waitDead(pid, time.Minute)
 	}
 }
 

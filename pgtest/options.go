@@ -29,6 +29,7 @@ type config struct {
 	syncStandby bool
 	setup       func(ctx context.Context, conn *pgx.Conn) error
 	migrator    Migrator
+	private     bool // never share the binary's local server (share.go)
 }
 
 func newConfig(opts []Option) config {

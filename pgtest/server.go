@@ -43,11 +43,13 @@ type Server struct {
 	ownMu    sync.Mutex // held while making the run's own template
 	template string     // the run's own template, once made; under ownMu
 	version  int        // server_version_num
-	runID    string     // ModeDSN: in every database name this run makes (see sweep.go)
+	runID    string     // outlives(): in every database name this run makes (see sweep.go)
 
-	backend backend  // nil in ModeDSN
-	runLock *runLock // ModeDSN: this run's lock session (see runlock.go)
-	pooled  bool     // ModeDSN: the DSN goes through a pooler: no sweep
+	backend  backend  // nil in ModeDSN
+	shared   bool     // a local server shared by the test binaries of one go test (share.go)
+	unshared error    // why a test binary's local server is its own, not shared
+	runLock  *runLock // outlives(): this run's lock session (see runlock.go)
+	pooled   bool     // ModeDSN: the DSN goes through a pooler: no sweep
 
 	mu        sync.Mutex
 	templates map[string]*tplState // by template name
@@ -81,7 +83,12 @@ type backend interface {
 // first — a panic, a test timeout, SIGINT or SIGKILL — a small watchdog
 // process started alongside removes them instead.
 func Start(ctx context.Context, opts ...Option) (*Server, error) {
-	cfg := newConfig(opts)
+	return start(ctx, newConfig(opts), false)
+}
+
+// start is [Start]; with share, a local server is the one shared by the
+// test binaries of this go test (share.go) when this process may share.
+func start(ctx context.Context, cfg config, share bool) (*Server, error) {
 	if cfg.dsn != "" {
 		return startDSN(ctx, cfg)
 	}
@@ -98,8 +105,23 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 	} else {
 		why = append(why, "Docker: disabled by PGTEST_DOCKER=0")
 	}
+	var unshared error
+	if share {
+		s, err := startShared(ctx, cfg)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errNoShare) {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			logf("%v; starting a local server of this test binary's own", err)
+		}
+		unshared = err
+	}
 	s, err := startLocal(ctx, cfg)
 	if err == nil {
+		s.unshared = unshared
 		return s, nil
 	}
 	why = append(why, "local binaries: "+err.Error())
@@ -122,11 +144,16 @@ func newServer(mode Mode, cfg config, adminDSN string, b backend) *Server {
 		stopping: make(chan struct{})}
 }
 
-// init takes the run's lock on a server that outlives the run (ModeDSN,
-// see sweep.go), then initDBs. A throwaway server's databases go with it:
-// no lock, no run id in their names, nothing for a sweep to match.
+// outlives reports whether the server outlives this run and serves
+// others meanwhile: a PGTEST_DSN server, or a local one shared by the test
+// binaries of one go test.
+func (s *Server) outlives() bool { return s.mode == ModeDSN || s.shared }
+
+// init takes the run's lock on a server that outlives the run (see
+// sweep.go), then initDBs. A private throwaway server's databases go with
+// it: no lock, no run id in their names, nothing for a sweep to match.
 func (s *Server) init(ctx context.Context) error {
-	if s.mode != ModeDSN {
+	if !s.outlives() {
 		return s.initDBs(ctx)
 	}
 	if err := s.holdRunLock(ctx); err != nil {
@@ -140,7 +167,7 @@ func (s *Server) init(ctx context.Context) error {
 }
 
 // initDBs connects, reads the server version, checks that the role may
-// create databases, sweeps what dead runs left (ModeDSN), and makes the
+// create databases, sweeps what dead runs left (outlives), and makes the
 // default template: the [WithMigrator] one, shared by hash, or one of this
 // run's own that the [WithTemplate] setup fills.
 func (s *Server) initDBs(ctx context.Context) error {
@@ -157,7 +184,7 @@ func (s *Server) initDBs(ctx context.Context) error {
 	if !super && !createdb {
 		return errors.New("the role may not create databases: pgtest needs a superuser, or at least a role with CREATEDB")
 	}
-	if s.mode == ModeDSN {
+	if s.outlives() {
 		s.sweep(ctx, conn)
 	}
 	if s.cfg.migrator == nil && s.cfg.setup == nil {
@@ -247,10 +274,11 @@ func (s *Server) String() string {
 // Restart stops the server and starts it again on the same address, which
 // drops every session (a fast shutdown: backends are terminated, nothing is
 // lost that was committed). It returns once the server accepts connections.
-// A [ModeDSN] server cannot be restarted: the error wraps [ErrUnsupported].
+// A [ModeDSN] server, or one shared by the test binaries of a go test (see
+// [SharedServer]), cannot be restarted: the error wraps [ErrUnsupported].
 func (s *Server) Restart(ctx context.Context) error {
-	if s.backend == nil {
-		return fmt.Errorf("restart %s: %w", s.mode, ErrUnsupported)
+	if err := s.wholeServer("restart"); err != nil {
+		return err
 	}
 	if err := s.backend.restart(ctx); err != nil {
 		return fmt.Errorf("pgtest: restart: %w", err)
@@ -259,10 +287,26 @@ func (s *Server) Restart(ctx context.Context) error {
 	return nil
 }
 
-// Close removes a throwaway server with its files or container, or for a
-// [ModeDSN] server drops this run's databases (its template, the clones
-// made ahead, a failed test's database) but not the templates of
-// [WithMigrator], which later runs reuse. It is idempotent.
+// wholeServer returns an error wrapping [ErrUnsupported] for op, which
+// acts on the whole server, on a server that serves others too.
+func (s *Server) wholeServer(op string) error {
+	switch {
+	case s.backend == nil:
+		return fmt.Errorf("pgtest: %s a %s server: %w", op, s.mode, ErrUnsupported)
+	case s.shared:
+		return fmt.Errorf("pgtest: %s a server shared by the test binaries of go test "+
+			"(use NewServer for a private one): %w", op, ErrUnsupported)
+	}
+	return nil
+}
+
+// Close removes a throwaway server with its files or container. On a
+// server that outlives the run — a [ModeDSN] one, or a local one shared by
+// the test binaries of a go test (see [SharedServer]) — it drops this run's
+// databases (its template, the clones made ahead, but for a failed test's
+// database) but not the templates of [WithMigrator], which later runs
+// reuse; a shared server is then removed by its watchdog once the go
+// command has exited and no test binary uses it. It is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -271,7 +315,7 @@ func (s *Server) Close() error {
 		s.stopPools()
 		s.closeTxPools()
 		s.closeAdmin()
-		if s.backend != nil {
+		if !s.outlives() {
 			s.closeErr = s.backend.close()
 			return
 		}
@@ -281,6 +325,9 @@ func (s *Server) Close() error {
 		// dead with its databases still there.
 		s.closeErr = s.dropRun(ctx)
 		s.closeErr = errors.Join(s.closeErr, s.releaseRunLock())
+		if s.backend != nil { // shared: let it go
+			s.closeErr = errors.Join(s.closeErr, s.backend.close())
+		}
 	})
 	return s.closeErr
 }

@@ -9,8 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// What a run leaves on a server it does not own (ModeDSN), and who removes
-// it:
+// What a run leaves on a server it does not own (ModeDSN, or a local one
+// shared by the test binaries of a go test: see share.go), and who
+// removes it:
 //
 //   - Every database a run makes is named pgtest_<run>_<suffix>, <run> being
 //     8 hex digits drawn at random when its Server starts, <suffix> 12 hex
@@ -59,9 +60,9 @@ import (
 var runDB = regexp.MustCompile(`^pgtest_([0-9a-f]{8})_([0-9a-f]{12}|template)$`)
 
 // dbName names a database of this run: pgtest_<run>_<suffix> on a server
-// that outlives the run, pgtest_<suffix> on a throwaway one.
+// that outlives the run, pgtest_<suffix> on a private throwaway one.
 func (s *Server) dbName(suffix string) string {
-	if s.mode != ModeDSN {
+	if !s.outlives() {
 		return "pgtest_" + suffix
 	}
 	return "pgtest_" + s.runID + "_" + suffix
@@ -123,7 +124,7 @@ func (s *Server) dropIfDead(ctx context.Context, conn *pgx.Conn, run string, nam
 	return errors.Join(errs...)
 }
 
-// dropRun drops this run's databases at Close (ModeDSN), but for those
+// dropRun drops this run's databases at Close (outlives), but for those
 // kept for a failed test: a later run's sweep drops them.
 func (s *Server) dropRun(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, s.adminDSN)

@@ -27,10 +27,12 @@ func TestSweepChild(t *testing.T) {
 
 // TestSweep proves the rule of what dead runs leave on a PGTEST_DSN server:
 // a test binary is SIGKILLed with its databases made; a new run sweeps every
-// one of them, and none of a run still alive.
+// one of them, and none of a run still alive. Its server is its own: on
+// the one that go test's binaries share, another binary starting would
+// sweep the killed run's databases before they are counted.
 func TestSweep(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.SharedServer(t).DSN()
+	dsn := pgtest.NewServer(t).DSN()
 	live := runOn(t, dsn)
 	defer live.Close()
 	liveDB, err := live.CreateDatabase(ctxT(t, time.Minute))

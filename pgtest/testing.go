@@ -61,6 +61,16 @@ func (r mainRunner) Run() int {
 // SharedServer returns the server of this test binary, starting it on first
 // use; every [New] database lives on it. In -short mode without PGTEST_DSN
 // it skips the test instead of starting a server.
+//
+// A local server (no PGTEST_DSN, no Docker) is shared by the test binaries
+// that one go command runs, when their options for it are alike: the
+// first one starts it, the others find it, and its watchdog removes it
+// once the go command has exited and no test binary uses it. Each binary
+// then uses it as a PGTEST_DSN server: its databases carry its run's id,
+// and [Server.Restart] and [Server.RequirePasswords] return
+// [ErrUnsupported] (use [NewServer]). PGTEST_SHARE=0, or
+// [WithPrivateServer] among [Main]'s options, gives the binary a server of
+// its own.
 func SharedServer(t testing.TB) *Server {
 	t.Helper()
 	shared.mu.Lock()
@@ -72,10 +82,15 @@ func SharedServer(t testing.TB) *Server {
 		shared.started = true
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		start := time.Now()
-		shared.server, shared.err = Start(ctx, shared.opts...)
+		begin := time.Now()
+		shared.server, shared.err = start(ctx, newConfig(shared.opts), true)
 		if shared.err == nil {
-			t.Logf("pgtest: %s ready in %v", shared.server, time.Since(start).Round(time.Millisecond))
+			t.Logf("pgtest: %s ready in %v", shared.server, time.Since(begin).Round(time.Millisecond))
+			if b, ok := shared.server.backend.(*sharedBackend); ok {
+				t.Logf("pgtest: this test binary %s", b.joined())
+			} else if err := shared.server.unshared; err != nil {
+				t.Logf("pgtest: this test binary's server is its own, not shared with the other test binaries of go test: %v", err)
+			}
 		}
 	}
 	if shared.err != nil {
@@ -202,6 +217,11 @@ func (s *Server) keep(t testing.TB, d *DB) {
 	s.mu.Unlock()
 	if s.mode == ModeDSN {
 		t.Logf("pgtest: test failed; its database stays on the PGTEST_DSN server until a later run's sweep drops it: %s", redact(d.DSN))
+		return
+	}
+	if s.shared {
+		t.Logf("pgtest: test failed; its database stays on the server shared by this go test's test binaries until "+
+			"the server is removed after go test ends, or a later test binary's sweep drops it: %s", redact(d.DSN))
 		return
 	}
 	t.Logf("pgtest: test failed; its database stays as long as its throwaway server, which is removed when the test "+
