@@ -120,7 +120,11 @@
 //     1.6 s with TTL 2 s, PollInterval 100 ms). A paused member's leases
 //     end locally before they can expire (lease's trust deadline), so its
 //     Contexts are cancelled before anyone else owns its shards; it then
-//     joins again.
+//     joins again. One exception: a member paused inside a guarded
+//     transaction keeps that shard's lease row locked, and the takeover
+//     of that shard waits for the transaction — until the member resumes
+//     or its session ends (TestProcStopMidTransaction); set
+//     idle_in_transaction_session_timeout on members' connections to bound it.
 //   - Connections killed under a member (pg_terminate_backend) cost
 //     nothing: the keep-alive renews on new connections (TestMemberDeath).
 //   - A member restarting with the identity of one that crashed waits for
