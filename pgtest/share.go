@@ -25,7 +25,7 @@ import (
 //
 //   - reaper: flock'ed exclusively by the directory's watchdog for its
 //     whole life. A binary makes the directory and starts the watchdog,
-//     which takes that lock, before it puts anything else there; a binary
+//     which takes that lock, before it puts more there; a binary
 //     that finds no watchdog holding it starts one (see sharedReaperScript).
 //   - lock: flock'ed exclusively by whoever finds or starts the server,
 //     and by the watchdog to remove it: one at a time.
@@ -33,11 +33,10 @@ import (
 //     the moment it finds it until [Server.Close] or its death (the
 //     kernel drops a dead process's locks, SIGKILL or not).
 //   - port: the server's port, written once it accepts connections.
-//   - data/, the socket, postgres.log: the cluster, as a private one's.
-//
 //   - go: the go command's pid, start time and pid namespace, written
 //     by the binary that makes the directory (mode 0700; share_dir.go says
-//     which directories are accepted).
+//     which directories are accepted), first.
+//   - data/, the socket, postgres.log: the cluster, as a private one's.
 //
 // The watchdog removes the server (an immediate shutdown, then the
 // directory) once the go command is gone (no process of that pid and
