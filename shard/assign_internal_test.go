@@ -123,8 +123,8 @@ func TestPlanBalanced(t *testing.T) {
 // and nothing else moves; a member leaving has exactly its own shards
 // moved, at most ⌈N/M⌉ (M counting it). So moves ≤ ⌈N/M⌉, M the larger
 // member count, the least any balanced assignment can promise. For the
-// cases issue 32 names (N = 100, M ≤ 11; N = 1,000, M ≤ 10) that is at
-// most 1.10 × N/M, within its 1.2 × N/M; the worst ratio is logged.
+// cases that matter most (N = 100, M ≤ 11; N = 1,000, M ≤ 10) that is at
+// most 1.10 × N/M, within the promised 1.2 × N/M; the worst ratio is logged.
 // PGLOCKS_STRESS=1: 20 times as many member sets.
 func TestPlanMovement(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))

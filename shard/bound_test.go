@@ -73,7 +73,7 @@ func (c *moveChecker) tokens() map[string]int64 {
 // step checks the settled ownership own after one join or one leave, ids
 // being the running members now: loads within one, and exactly the moves
 // of wantMoved, each by one acquisition — at most ⌈N/M⌉ and, for these
-// tests' N and M, at most issue 32's 1.2 × N/M. A step during which
+// tests' N and M, at most the promised 1.2 × N/M. A step during which
 // leases were lost (more acquisitions than moves — a shard taken again by
 // its owner or moved twice — or a running member's row taken again) is
 // logged, not held to the bound: a lost lease is a fault, not a join or

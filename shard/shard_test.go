@@ -92,7 +92,7 @@ func TestJoinTwice(t *testing.T) {
 // leave one by one: after each settle every shard has one owner, loads
 // differ by at most one, and the shards that moved are exactly those the
 // assignment moves — ⌊N/M⌋ to a joiner, a leaver's own and no other —
-// so at most ⌈N/M⌉, within issue 32's 1.2 × N/M; every write is fenced,
+// so at most ⌈N/M⌉, within the promised 1.2 × N/M; every write is fenced,
 // and no superseded owner's write commits.
 func TestBalanceJoinLeave(t *testing.T) {
 	t.Parallel()
