@@ -158,7 +158,15 @@ func SessionOnly(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Se
 // the server of a (whose identity is first): see [sameServer]. done closes
 // it.
 func pairWith(ctx context.Context, pool *pgxpool.Config, first identity, sessions bool) (*pgconn.PgConn, func(), error) {
-	second, err := dial.Dedicated(ctx, pool, dial.Options{ApplicationName: "pglocks engine probe"})
+	opts := dial.Options{ApplicationName: "pglocks engine probe"}
+	if sessions {
+		// The role's idle_session_timeout (100 ms, say) must not end the
+		// probe's own session while the machine is slow between two probe
+		// statements: that would be no verdict, and refuse the Locker. Only
+		// where the session is the probe's own (never a pooled one).
+		opts.IdleSessionTimeout = probeIdleTimeout
+	}
+	second, err := dial.Dedicated(ctx, pool, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("engine probe: second connection: %w", err)
 	}
@@ -178,6 +186,10 @@ func pairWith(ctx context.Context, pool *pgxpool.Config, first identity, session
 	}
 	return b, done, nil
 }
+
+// probeIdleTimeout is the idle_session_timeout of the probe's second
+// connection, which lives for one probe.
+const probeIdleTimeout = time.Minute
 
 // cleanupTimeout bounds a statement or close that cleans up after the
 // probe, whatever the caller's ctx.
