@@ -184,9 +184,9 @@
 //     per PollInterval (two in the poll that finds the member rows
 //     changed); there is no push notification of joins. At rest it reads
 //     the member rows ("<Group>#m:", M rows); while shards move, the
-//     whole group ("<Group>#", M + N rows, about 100 times the server
-//     time of the member rows for 1,000 shards). Either scans the whole
-//     lease table. A shard whose owner fails to take it again after
+//     whole group ("<Group>#", M + N rows, 100 to 400 times the server
+//     time of the member rows for 1,000 shards: TestRestCost). Either
+//     scans the whole lease table. A shard whose owner fails to take it again after
 //     losing its lease (and keeps its member row) stays unowned: the
 //     others leave it to that owner.
 package shard
