@@ -29,7 +29,21 @@ import (
 // takes exactly ⌊N/M⌋ shards (M counting it) and no other shard moves; a
 // member leaving has exactly its own shards (⌊N/M⌋ or ⌈N/M⌉, M counting
 // it) spread over the others, and no other shard moves. Both are the
-// least any balanced assignment can move (TestPlanMovement).
+// least any balanced assignment can move (TestPlanMovement). Why, with
+// q = ⌊N/M⌋ and r = N mod M after the change, and loads of q′ or q′ + 1
+// before it:
+//
+//   - Join: the others own q′ ≥ q shards each. If q′ > q, all own more
+//     than q and get room q or q + 1 ≤ q′: each drops its excess only,
+//     and the rooms of the others add up to N − q, so the newcomer (the
+//     one member owning nothing, never among the r) takes exactly q. If
+//     q′ = q, the r′ members with q + 1 come first for the r = r′ − q
+//     extra rooms; the others keep their q; r′ − r = q shards drop, all
+//     to the newcomer.
+//   - Leave: the leaver's shards are unowned; the others own q′ or
+//     q′ + 1 ≤ q + 1. If q > q′ every room is at least q′ + 1; if q = q′,
+//     at most r′ members own q + 1 and r = r′ + q′ ≥ r′ rooms of q + 1
+//     go to them first. Nobody drops: only the leaver's shards move.
 func plan(shards, members []string, owner, last []int) []int {
 	n, m := len(shards), len(members)
 	out := make([]int, n)

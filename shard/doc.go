@@ -46,19 +46,18 @@
 // current membership; a shard that is free, or held by a member that
 // died or left, is unowned. With N shards and M members, every member has
 // room for ⌊N/M⌋ shards and N mod M of them for one more: first those
-// that own more than ⌊N/M⌋ already, then the others by a fixed
-// pseudo-random order of their identities. Each member keeps as many of
-// its shards as it has room for (the heaviest by rendezvous weight, a
-// pseudo-random weight of each (shard, member) pair from FNV-1a and
-// SplitMix64), and the shards it drops and the unowned ones go to the
-// members with room left: first each to the member that last owned it,
-// as this member last read, if that member has room (so that a shard
-// whose lease its owner lost goes back to that owner, which is taking it
-// again, rather than to another member; for the one more, such a shard
-// counts as its last owner's), then the rest by (shard, member) pairs,
-// heaviest first. Every member ends with
-// exactly its room, so loads differ by at most one, and the target
-// applied is its own target: a settled group stays put
+// that own more than ⌊N/M⌋ already (counting the free shards they owned
+// last), then the others by a fixed pseudo-random order of their
+// identities. Each member keeps as many of its shards as it has room for
+// (the heaviest by rendezvous weight, a pseudo-random weight of each
+// (shard, member) pair from FNV-1a and SplitMix64), and the shards it
+// drops and the unowned ones go to the members with room left: first
+// each to the member that last owned it, as this member last read, if
+// that member has room (so that a shard whose lease its owner lost goes
+// back to that owner, which is taking it again, rather than to another
+// member), then the rest by (shard, member) pairs, heaviest first. Every
+// member ends with exactly its room, so loads differ by at most one, and
+// the target applied is its own target: a settled group stays put
 // (TestPlanBalanced).
 //
 // From a settled group, a member joining takes exactly ⌊N/M⌋ shards (M
@@ -188,9 +187,9 @@
 //     per PollInterval (two in the poll that finds the member rows
 //     changed); there is no push notification of joins. At rest it reads
 //     the member rows ("<Group>#m:", M rows); while shards move, the
-//     whole group ("<Group>#", M + N rows, about 100 times the server
-//     time of the member rows for 1,000 shards). Either scans the whole
-//     lease table. A shard whose owner fails to take it again after
+//     whole group ("<Group>#", M + N rows, 100 to 400 times the server
+//     time of the member rows for 1,000 shards: TestRestCost). Either
+//     scans the whole lease table. A shard whose owner fails to take it again after
 //     losing its lease (and keeps its member row) stays unowned: the
 //     others leave it to that owner.
 package shard
