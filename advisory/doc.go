@@ -304,8 +304,10 @@
 // advisory-lock function pg_catalog-qualified with typed parameters, so a
 // schema before pg_catalog in the search_path, or an overload in another
 // schema, cannot replace the function it reaches (TestShadowedSharedFormsOnly,
-// TestFloat8OverloadInPublic). The probe's statements run under the role's
-// statement_timeout (one it cancels is no verdict). The transaction locks
+// TestFloat8OverloadInPublic). The probe runs its sessions with
+// statement_timeout 0 and idle_session_timeout a minute (the dial's ctx
+// bounds it; a role's 1 ms or 100 ms would make it no verdict), and then
+// resets them to the role's defaults. The transaction locks
 // ([XactLock] and its kin) run on the caller's transaction and are not
 // probed per call: `pglocks doctor` checks them and clock_timestamp() too.
 // Neither are the functions on a caller's connection ([TrySessionLock] and

@@ -23,9 +23,9 @@ import (
 // probes that disagree, or a probe that failed on the way (a transport or
 // server error, a second connection that reached another server, a
 // standby or the same backend), are no verdict: the dial fails and the
-// next one probes again. mu is held across a probe (the role's
-// statement_timeout bounds its statements, and dial's ctx the whole), so
-// concurrent dials wait for one probe rather than each run their own.
+// next one probes again. mu is held across a probe (dial's ctx bounds
+// it), so concurrent dials wait for one probe rather than each run their
+// own.
 type engineCheck struct {
 	proved  atomic.Pointer[string] // the Key of the server last proved
 	mu      sync.Mutex

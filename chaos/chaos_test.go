@@ -269,7 +269,7 @@ func run(t *testing.T, workload string, o runOpts) report {
 	c := newCluster(t, tg, rc.workers, env...)
 	kinds := []string{fTerminate, fKill, fStop, fRestart, fCrash, fLostReply, fPartition}
 	if o.patroni != nil {
-		kinds = patroniLegFaults()
+		kinds = patroniLegFaults(o.patroni)
 	}
 	if k := os.Getenv("CHAOS_FAULTS"); k != "" {
 		kinds = strings.Split(k, ",")

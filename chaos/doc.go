@@ -64,14 +64,16 @@
 // no proxies. Faults: terminations (and termholder), kills and stops of
 // workers, crashes of the primary's server, and the Patroni faults of
 // patroniFaults (patronictl switchover, SIGKILL of the primary's
-// postmaster, SIGKILL of the primary's Patroni and postmaster together),
+// postmaster, SIGKILL of the primary's Patroni and postmaster together,
+// and where the nodes run in network namespaces primary-partition, the
+// primary cut off from etcd, clients and its standby until healed),
 // which a player of their own injects one at a time beside the schedule,
 // each once the primary streams to a synchronous standby, and each
 // followed by its recovery (a synchronous standby again) before a crash
 // may strike. Append a fault there as pgtest offers more; CHAOS_FAULTS
 // may name any fault pgtest's Patroni.Fault knows. A run has the
 // workload's default size and at least one of each Patroni fault
-// (5 minutes at most), reads lock the row as in the promotion run, and
+// (8 minutes at most), reads lock the row as in the promotion run, and
 // the oracles are the same; each run reports its failovers: fault → new
 // primary writable (pgtest's poller), → the workers' operations
 // acknowledged again, → a synchronous standby again.

@@ -24,7 +24,20 @@ import (
 // after which Debian's Patroni 3.0.2 takes the leader key back and loses
 // acknowledged commits (docs/compatibility.md) — see TestPatroniChaosPause.
 var patroniFaults = []pgtest.PatroniFault{
-	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode,
+	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode, pgtest.FaultPartition,
+}
+
+// fPrimaryPartition is the chaos kind of pgtest.FaultPartition, the
+// primary cut off from etcd, clients and its standby: "partition" is the
+// schedule's worker partition (fPartition).
+const fPrimaryPartition = "primary-partition"
+
+// patroniKind returns the chaos kind of a Patroni fault.
+func patroniKind(f pgtest.PatroniFault) string {
+	if f == pgtest.FaultPartition {
+		return fPrimaryPartition
+	}
+	return string(f)
 }
 
 // scheduled are the fault kinds of the seeded schedule (play); in a
@@ -34,20 +47,27 @@ var scheduled = map[string]bool{fTerminate: true, fTermHolder: true, fKill: true
 
 // patroniLegFaults are the Patroni leg's default kinds: the worker and
 // session faults that need no proxy, a crash of the primary's server
-// (recovered in place), and patroniFaults.
-func patroniLegFaults() []string {
+// (recovered in place), and those of patroniFaults that p can play (a
+// partition needs the nodes in network namespaces: see
+// pgtest.Patroni.Supports).
+func patroniLegFaults(p *pgtest.Patroni) []string {
 	kinds := []string{fTerminate, fKill, fStop, fCrash}
 	for _, f := range patroniFaults {
-		kinds = append(kinds, string(f))
+		if p.Supports(f) {
+			kinds = append(kinds, patroniKind(f))
+		}
 	}
 	return kinds
 }
 
 // patroniMaxTime bounds a Patroni leg's run at the default size: it goes
 // on until it has its operations and every Patroni fault has been
-// injected and recovered from once (a SIGKILLed node is replaced after
-// the leader key's TTL, 20 s, and rejoins some seconds later).
-const patroniMaxTime = 5 * time.Minute
+// injected and recovered from once (a SIGKILLed or cut-off node is
+// replaced after the leader key's TTL, 20 s, and rejoins — rewound, for a
+// cut-off one — a minute or more later at a load average of 40: one
+// partition took 3m22s to a synchronous standby again, and 5 minutes left
+// the semaphore run's SIGKILL of the node unplayed).
+const patroniMaxTime = 8 * time.Minute
 
 // patroniOptIn skips t unless PGLOCKS_PATRONI=1: a cluster starts in some
 // 20 s, and a run lasts minutes.
@@ -65,7 +85,8 @@ func patroniOptIn(t *testing.T) {
 // workloads, one after another, on one Patroni cluster (two nodes,
 // synchronous mode), half of each run's workers on its multi-host DSN and
 // half through HAProxy, under switchovers, SIGKILLs of the primary's
-// postmaster and of the whole node, crashes of the primary's server and
+// postmaster and of the whole node, partitions of the primary (where the
+// nodes run in network namespaces), crashes of the primary's server and
 // the worker faults; reads lock the row they read, as in
 // TestLeasePromoteChaos. The oracles are the suite's: in synchronous mode
 // no acknowledged acquisition or write may be lost, so no token is handed
@@ -195,16 +216,21 @@ func (pr *patroniRun) workerDSN(i int) string {
 	return pr.dsn(pr.p.DSN())
 }
 
-// take keeps the Patroni faults of kinds for the run's Patroni player and
-// returns the others, for the schedule.
+// take keeps the Patroni faults of kinds (fPrimaryPartition for
+// pgtest.FaultPartition) for the run's Patroni player and returns the
+// others, for the schedule.
 func (pr *patroniRun) take(kinds []string) []string {
 	var rest []string
 	for _, k := range kinds {
+		f := pgtest.PatroniFault(k)
+		if k == fPrimaryPartition {
+			f = pgtest.FaultPartition
+		}
 		switch {
 		case scheduled[k]:
 			rest = append(rest, k)
-		case !slices.Contains(pr.kinds, pgtest.PatroniFault(k)):
-			pr.kinds = append(pr.kinds, pgtest.PatroniFault(k))
+		case !slices.Contains(pr.kinds, f):
+			pr.kinds = append(pr.kinds, f)
 		}
 	}
 	return rest
@@ -216,7 +242,7 @@ func (pr *patroniRun) covered() bool {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	for _, k := range pr.kinds {
-		if !slices.ContainsFunc(pr.done, func(f failover) bool { return f.Kind == string(k) }) {
+		if !slices.ContainsFunc(pr.done, func(f failover) bool { return f.Kind == patroniKind(k) }) {
 			return false
 		}
 	}
@@ -261,7 +287,7 @@ func (pr *patroniRun) play(ctx context.Context, seed uint64, c *cluster) map[str
 			c.t.Errorf("Patroni fault %s: %v", k, err)
 			return done
 		}
-		done[string(k)]++
+		done[patroniKind(k)]++
 		c.t.Logf("Patroni %s %s → %s: writable after %v, %s", k, f.Old, f.New, ms(f.Writable), f.recovery())
 	}
 }
@@ -287,7 +313,7 @@ func (pr *patroniRun) inject(ctx context.Context, k pgtest.PatroniFault, c *clus
 	if fo == nil {
 		return failover{}, false, err
 	}
-	f := failover{Kind: string(k), Old: fo.Old, New: fo.New, At: at, Writable: fo.Writable, Recovered: -1}
+	f := failover{Kind: patroniKind(k), Old: fo.Old, New: fo.New, At: at, Writable: fo.Writable, Recovered: -1}
 	if pr.leftBroken && err == nil {
 		pause(ctx, pr.settle) // no recovery: the cluster stays as the fault left it
 	} else {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,11 @@ type lockEvent struct {
 	at           time.Time // the server's, when the slot was decided
 	slot         string
 	ran          bool
+	closed       bool // the call stalled past its slot's window: no slot decided
 }
+
+// stalledSlot finds the slot in an ErrWindowClosed error's text.
+var stalledSlot = regexp.MustCompile(`slot (\S+) not run`)
 
 // recorder is the Locker each scheduler is given: gocronlock's, with a
 // record of every call.
@@ -67,7 +72,10 @@ func (r *recorder) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 		e.at, e.slot = te.At, te.Slot
 	case errors.Is(err, schedule.ErrWindowClosed):
 		r.t.Logf("%s %s: %v", r.replica, key, err) // a Start that stalled past its window: no slot to count
-		return l, err
+		e.closed = true
+		if m := stalledSlot.FindStringSubmatch(err.Error()); m != nil {
+			e.slot = m[1] // the slot it would have run
+		}
 	case err != nil:
 		r.t.Errorf("%s %s: %v", r.replica, key, err)
 	default:
@@ -173,13 +181,22 @@ func newScheduler(t *testing.T, db *pgtest.DB, name string, skew, period, tolera
 
 // check asserts once per slot for every job and logs the figures.
 func check(t *testing.T, events []lockEvent, executions map[string]*atomic.Int64, jobs []string, rounds int, period, tolerance time.Duration) {
-	var slots, dups, missed, early, clientDups int
+	var slots, dups, missed, early, clientDups, closed int
+	schedulers := len(events) / len(jobs) / rounds
 	for _, job := range jobs {
 		runs := map[string]int{}
+		stalledOn := map[string]bool{} // slots a call stalled past the window of
 		var keys []string
-		ran := 0
+		ran, stalled := 0, 0
 		for _, e := range events {
 			if e.job != job {
+				continue
+			}
+			if e.closed {
+				stalled++
+				if e.slot != "" {
+					stalledOn[e.slot] = true
+				}
 				continue
 			}
 			want := slotOf(e.at, period, tolerance)
@@ -199,11 +216,18 @@ func check(t *testing.T, events []lockEvent, executions map[string]*atomic.Int64
 			}
 		}
 		slices.Sort(keys) // schedule.SlotKey keys sort as text in time order
-		if len(keys) != rounds {
-			t.Errorf("%s: ticks landed on %d slots, want %d (one per round)", job, len(keys), rounds)
+		// A round is left without a slot only if every scheduler's call of
+		// it stalled past the window (a stalled machine, logged above).
+		if lost := rounds - len(keys); len(keys) > rounds || lost > 0 && stalled < lost*schedulers {
+			t.Errorf("%s: ticks landed on %d slots, want %d (one per round; %d calls stalled past their window)", job, len(keys), rounds, stalled)
 		}
+		closed += stalled
 		for _, key := range keys {
 			slots++
+			if runs[key] == 0 && stalledOn[key] {
+				t.Logf("%s slot %s: not run, its Start stalled past the window (logged above)", job, key)
+				continue
+			}
 			if runs[key] != 1 {
 				t.Errorf("%s slot %s: %d runs, want 1", job, key, runs[key])
 				dups += max(0, runs[key]-1)
@@ -217,8 +241,8 @@ func check(t *testing.T, events []lockEvent, executions map[string]*atomic.Int64
 		}
 		clientDups += clientKeyDups(events, job, period)
 	}
-	t.Logf("%d gocron schedulers, %d slots (%d jobs × %d), %d Lock calls (%d before their slot's start): duplicates %d, missed %d",
-		len(events)/len(jobs)/rounds, slots, len(jobs), rounds, len(events), early, dups, missed)
+	t.Logf("%d gocron schedulers, %d slots (%d jobs × %d), %d Lock calls (%d before their slot's start, %d stalled past their window): duplicates %d, missed %d",
+		schedulers, slots, len(jobs), rounds, len(events), early, closed, dups, missed)
 	t.Logf("keyed by each scheduler's own clock truncated to the period (gocron's SQL locker): %d runs beyond one per slot", clientDups)
 }
 
@@ -230,7 +254,7 @@ func clientKeyDups(events []lockEvent, job string, period time.Duration) int {
 	slices.SortFunc(ordered, func(a, b lockEvent) int { return a.at.Compare(b.at) })
 	seen, runs := map[time.Time]bool{}, map[string]int{}
 	for _, e := range ordered {
-		if key := e.own.Truncate(period); e.job == job && !seen[key] {
+		if key := e.own.Truncate(period); e.job == job && !e.closed && !seen[key] {
 			seen[key] = true
 			runs[e.slot]++
 		}

@@ -99,7 +99,7 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 		defer close(watched)
 		var last Leader
 		for sleep(lctx, e.jitter(e.cfg.RetryInterval)) {
-			info, err := e.cfg.Store.Get(lctx, e.leaseName)
+			info, err := e.readTerm(lctx)
 			if err == nil || errors.Is(err, lease.ErrNotFound) {
 				_ = e.ensureCandidate(lctx) // taken (again) once the database answers
 			}
@@ -144,15 +144,20 @@ func watching[T any](e *Elector, ctx context.Context, hooks *dispatcher, termina
 
 // takeLease acquires the lease while holding the advisory lock. A lease
 // still held is waited for (see outwait) and, once the holder's horizon has
-// passed, broken — if it is still that holder's — and tried again.
+// passed, broken — if it is still that holder's — and tried again. Each
+// call is bounded (see stmt, termBound): a try cut short has an unknown
+// outcome, which its Store cleans up, and the campaign fails and is
+// retried.
 func (e *Elector) takeLease(ctx context.Context, lk *advisory.Lock, lockedAt time.Time) (*lease.Lease, error) {
 	opts := e.termOptions(lk)
 	for {
-		ls, err := e.cfg.Store.TryAcquire(ctx, e.leaseName, e.cfg.TTL, opts...)
+		tctx, cancel := context.WithTimeout(ctx, e.termBound())
+		ls, err := e.cfg.Store.TryAcquire(tctx, e.leaseName, e.cfg.TTL, opts...)
+		cancel()
 		if err == nil || !errors.Is(err, lease.ErrHeld) {
 			return e.keep(ls, lk, err)
 		}
-		info, err := e.cfg.Store.Get(ctx, e.leaseName)
+		info, err := e.readTerm(ctx)
 		if err != nil {
 			return nil, err
 		}

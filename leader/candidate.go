@@ -152,6 +152,13 @@ func (e *Elector) candidacy() *lease.Lease {
 // the elector campaigns all the same but cannot be named in a hand-over
 // nor be asked to resign. It returns only errors that retrying cannot
 // cure.
+//
+// A try, once sent, is not cancelled by ctx: it ends within RetryInterval
+// + 5s, and its caller waits. Cancelled on the wire — a campaign's wait
+// that ends just then, a term that ends while tend retakes the row — its
+// outcome would be unknown: the Store would clean the row up in the
+// background and log a failure at Warn, and the row would be missing
+// until the next try. ctx only decides whether a try begins.
 func (e *Elector) ensureCandidate(ctx context.Context) error {
 	if c := e.candidacy(); c != nil {
 		if c.Err() == nil {
@@ -167,7 +174,9 @@ func (e *Elector) ensureCandidate(ctx context.Context) error {
 		return nil
 	}
 	md, _ := json.Marshal(candidateMeta{Election: e.cfg.Name, Identity: e.cfg.Identity, Value: e.value()})
-	ls, err := e.cfg.Store.TryAcquire(quietloss.With(ctx), candidateName(e.cfg.Name, e.cfg.Identity), e.cfg.TTL,
+	tctx, cancel := e.stmt(context.WithoutCancel(ctx))
+	defer cancel()
+	ls, err := e.cfg.Store.TryAcquire(quietloss.With(tctx), candidateName(e.cfg.Name, e.cfg.Identity), e.cfg.TTL,
 		lease.WithKeepAlive(), lease.WithMetadata(md))
 	switch {
 	case errors.Is(err, lease.ErrHeld):
@@ -282,6 +291,9 @@ const (
 // privilege, say) are logged at Debug: the rows stay, and Candidates
 // skips them.
 func (e *Elector) sweep(ctx context.Context) {
+	if ctx.Err() != nil {
+		return // its caller's ctx ended while the row's try went on: next time
+	}
 	e.mu.Lock()
 	due := time.Since(e.sweptAt) >= sweepEvery
 	if due {

@@ -176,7 +176,14 @@
 // who leads, only whether a request is heard. A requester's own deletion of
 // its request row, and a stopping candidate's of its candidate row
 // ([lease.Store.Forget]), may or may not run: a row left behind is swept a
-// day after it expired.
+// day after it expired. A campaign's calls while it holds the lock (the
+// term's try and read, a hand-over reservation's read, the break of an
+// outwaited term) are bounded likewise (the term's try by the longer of
+// that and TTL, as a slow synchronous commit needs): on a connection gone
+// silent the campaign fails, unlocks and is retried
+// (TestCampaignOnSilentConn). A take of the candidate row, once sent, is
+// not cut short by the end of the wait that sent it
+// (TestCampaignEndKeepsRowTry).
 //
 // # Errors and health
 //

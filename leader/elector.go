@@ -66,6 +66,7 @@ type Elector struct {
 	val     string       // the value published (Config.Value, then Proclaim's)
 	resv    reservation  // the last hand-over reservation seen (campaign only)
 	sweptAt time.Time    // the last sweep of idle candidate and request rows
+	stuck   stuck        // an expired term whose lock another session holds (watchers only)
 
 	closeDone chan struct{} // closed once Close's work is done; closeErr is set before
 	closeErr  error

@@ -161,7 +161,7 @@ type reservation struct {
 // window closes, and returns errYielded. A failed read does not hold the
 // campaign back: the reservation is about who leads next, never safety.
 func (e *Elector) yield(ctx context.Context, lk *advisory.Lock) error {
-	info, err := e.cfg.Store.Get(ctx, e.leaseName)
+	info, err := e.readTerm(ctx)
 	if err != nil {
 		return nil
 	}

@@ -92,7 +92,7 @@ func leaderThroughPatroni(t *testing.T, o pgtest.PatroniOptions, faults ...pgtes
 	book := newTrustBook()
 	for i := range 3 {
 		who := fmt.Sprint("c", i)
-		r := newReplica(t, patroniDSN(p))
+		r := patroniReplica(t, patroniDSN(p))
 		e := newElector(t, r, "patroni", who, func(c *leader.Config) { c.TTL = 5 * time.Second })
 		runWork(t, e, fencedWork(r.pool, who, book.work(who)))
 	}

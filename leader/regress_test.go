@@ -407,7 +407,10 @@ func TestRetryableCampaignError(t *testing.T) {
 	if st := e.State(); !st.Leading || st.Term != term.Number || !st.TrustedUntil.After(time.Now()) {
 		t.Errorf("State while leading: %+v", st)
 	}
-	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "campaign failed; retrying") {
-		t.Errorf("no Warn about the retried campaign; log:\n%s", logs.String())
+	// Which of the campaign's statements times out first depends on the
+	// machine's pace (its read of the lease, its acquisition): either is
+	// logged at Warn as retried.
+	if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "failed; retrying") || !strings.Contains(l, "57014") {
+		t.Errorf("no Warn about the retried campaign; log:\n%s", l)
 	}
 }

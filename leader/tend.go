@@ -35,7 +35,8 @@ func (e *Elector) startTending(t *tenure) (stop, wait func()) {
 // process holds it, the database does not answer) is retried with capped,
 // jittered backoff up to TTL; meanwhile the leader cannot be asked
 // anything. Every call is bounded by RetryInterval + 5s and ends with ctx,
-// cancelled once the watch has returned.
+// cancelled once the watch has returned — but for a try of the row already
+// sent, which ends within its bound (see ensureCandidate).
 func (e *Elector) tend(ctx context.Context, t *tenure) {
 	bo := backoff.Backoff{Min: min(100*time.Millisecond, e.cfg.RetryInterval), Max: max(2*e.cfg.RetryInterval, e.cfg.TTL)}
 	for ctx.Err() == nil {
@@ -72,11 +73,35 @@ func (e *Elector) tend(ctx context.Context, t *tenure) {
 	}
 }
 
-// bounded runs f with ctx bounded by RetryInterval + 5s.
+// bounded runs f with ctx bounded by RetryInterval + 5s (see stmt).
 func (e *Elector) bounded(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.RetryInterval+5*time.Second)
+	ctx, cancel := e.stmt(ctx)
 	defer cancel()
 	return f(ctx)
+}
+
+// stmt bounds one database call of the elector by RetryInterval + 5s,
+// whatever ctx allows: on a connection gone silent (a partitioned node,
+// which drops packets and sends no reset) a call would otherwise wait for
+// the kernel to give up, some 15 minutes — a campaign holding the
+// advisory lock meanwhile, so that no candidate could lead.
+func (e *Elector) stmt(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.cfg.RetryInterval+5*time.Second)
+}
+
+// readTerm reads the election's lease row, bounded (see stmt).
+func (e *Elector) readTerm(ctx context.Context) (lease.Info, error) {
+	ctx, cancel := e.stmt(ctx)
+	defer cancel()
+	return e.cfg.Store.Get(ctx, e.leaseName)
+}
+
+// termBound bounds a try of the term's lease: as stmt, but at least TTL,
+// as package lease bounds each try of a waiting Acquire: a commit that
+// waits for a lagging synchronous standby should be slow, not cut short
+// (an unknown outcome, a failed campaign) time after time.
+func (e *Elector) termBound() time.Duration {
+	return max(e.cfg.TTL, e.cfg.RetryInterval+5*time.Second)
 }
 
 // dropCandidacy forgets the candidate lease c, which has ended, unless

@@ -23,6 +23,9 @@ import (
 // capped, jittered backoff, on the first try as on later ones; one that
 // cannot pass (a closed pool, a missing table, no privilege) is returned at
 // once. ctx bounds the whole wait; a cancelled wait leaves no row owned.
+// Each try is bounded too, by ttl (at least 5 s): a try whose connection
+// went silent (a partitioned primary) ends as an unknown outcome, is
+// cleaned up, and the next try takes another connection.
 //
 // The Acquire calls of one name in one store queue first come, first
 // served: only the head of the queue talks to the server, so a release
@@ -39,14 +42,26 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 
 // acquire is Acquire after its input checks.
 func (s *Store) acquire(ctx context.Context, name string, ttl time.Duration, o options) (*Lease, error) {
-	return s.acquireBy(ctx, name, func(ctx context.Context) (*Lease, error) { return s.try(ctx, name, ttl, o) })
+	return s.acquireBy(ctx, name, tryBound(ttl), func(ctx context.Context) (*Lease, error) { return s.try(ctx, name, ttl, o) })
 }
+
+// minTryBound is the least time one try of a waiting acquisition may take.
+const minTryBound = 5 * time.Second
+
+// tryBound bounds one try of a waiting acquisition of a lease of ttl,
+// whatever the caller's ctx: the TTL, at least minTryBound. A try on a
+// connection whose server went silent (a partitioned primary: no reply, no
+// reset) would otherwise wait until the kernel gives up, some 15 minutes,
+// while another host of the DSN could answer. A try cut off by the bound
+// is an unknown outcome: cleaned up by its attempt id and tried again, on
+// another connection (the cut one is closed).
+func tryBound(ttl time.Duration) time.Duration { return max(ttl, minTryBound) }
 
 // acquireBy is the wait of Acquire around try, which is [Store.try] or a
 // try built on it (a shared lease's): the calls of one name (queue key)
 // queue in the store, and a try that fails with a [*HeldError] waits for
 // the release of the held name the error reports, or for its expiry.
-func (s *Store) acquireBy(ctx context.Context, name string, try func(context.Context) (*Lease, error)) (*Lease, error) {
+func (s *Store) acquireBy(ctx context.Context, name string, bound time.Duration, try func(context.Context) (*Lease, error)) (*Lease, error) {
 	t := s.queue(name)
 	defer s.leave(name, t)
 	if err := s.awaitTurn(ctx, t); err != nil {
@@ -64,7 +79,9 @@ func (s *Store) acquireBy(ctx context.Context, name string, try func(context.Con
 		}
 	}()
 	for {
-		l, err := try(ctx)
+		tctx, cancel := context.WithTimeout(ctx, bound)
+		l, err := try(tctx)
+		cancel()
 		var held *HeldError
 		var wait time.Duration
 		if errors.As(err, &held) {

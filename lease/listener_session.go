@@ -67,7 +67,7 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 		_ = conn.Close(cctx)
 	}()
 	setup := "set lock_timeout = '" + interestLockTimeout + "'; listen " + pgx.Identifier{lis.s.q.channel}.Sanitize()
-	if _, err := conn.Exec(ctx, setup); err != nil {
+	if err := listenExec(ctx, conn, setup); err != nil {
 		return false
 	}
 	lis.mu.Lock()
@@ -110,7 +110,7 @@ func (lis *listener) session(ctx context.Context) (listened bool) {
 		case wctx.Err() == nil && err != nil:
 			return true // the connection failed
 		}
-		if hb.Beat(ctx, conn.PgConn(), dial.ListenIdleTimeout/2) != nil {
+		if hb.Beat(ctx, conn.PgConn(), listenStatementBound) != nil {
 			return true
 		}
 		// A notification that arrives while reconciling is kept by pgx for
@@ -142,7 +142,7 @@ func (lis *listener) reconcile(ctx context.Context, conn *pgx.Conn) (time.Durati
 	}
 	lis.mu.Unlock()
 	for _, name := range unlock {
-		if _, err := conn.Exec(ctx, "select pg_catalog.pg_advisory_unlock_shared($1::int8)", interestKey(lis.s.q.channel, name)); err != nil {
+		if err := listenExec(ctx, conn, "select pg_catalog.pg_advisory_unlock_shared($1::int8)", interestKey(lis.s.q.channel, name)); err != nil {
 			return 0, err
 		}
 		lis.mu.Lock()
@@ -154,7 +154,7 @@ func (lis *listener) reconcile(ctx context.Context, conn *pgx.Conn) (time.Durati
 		lis.mu.Unlock()
 	}
 	for _, name := range lock {
-		_, err := conn.Exec(ctx, "select pg_catalog.pg_advisory_lock_shared($1::int8)", interestKey(lis.s.q.channel, name))
+		err := listenExec(ctx, conn, "select pg_catalog.pg_advisory_lock_shared($1::int8)", interestKey(lis.s.q.channel, name))
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			next = minPositive(next, interestRetry)
@@ -176,6 +176,22 @@ func (lis *listener) reconcile(ctx context.Context, conn *pgx.Conn) (time.Durati
 		lis.mu.Unlock()
 	}
 	return next, nil
+}
+
+// listenStatementBound bounds each statement of the listening
+// connection, its heartbeat's round trip included: on a connection gone silent (a
+// partitioned node) a statement would otherwise wait for the kernel to
+// give up (some 15 minutes), and the store would hear nothing meanwhile.
+// A statement cut short ends the session; the listener opens another.
+const listenStatementBound = dial.ListenIdleTimeout / 2
+
+// listenExec runs one statement of the listening connection, bounded by
+// listenStatementBound.
+func listenExec(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, listenStatementBound)
+	defer cancel()
+	_, err := conn.Exec(ctx, sql, args...)
+	return err
 }
 
 func minPositive(a, b time.Duration) time.Duration {

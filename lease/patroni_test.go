@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,47 +14,6 @@ import (
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
-
-// patroniRuns is how many faults of each kind a Patroni test injects:
-// PGLOCKS_PATRONI_RUNS, 1 if unset. The tests are opt-in
-// (PGLOCKS_PATRONI=1): a cluster starts in some 30 s and a dead primary is
-// replaced after the leader key's TTL (20 s).
-func patroniRuns(t *testing.T) int {
-	t.Helper()
-	if os.Getenv("PGLOCKS_PATRONI") != "1" {
-		t.Skip("Patroni tests are opt-in: set PGLOCKS_PATRONI=1")
-	}
-	n, err := strconv.Atoi(os.Getenv("PGLOCKS_PATRONI_RUNS"))
-	if err != nil || n <= 0 {
-		return 1
-	}
-	return n
-}
-
-// patroniFaults run one after another on one cluster, which recovers
-// (a synchronous standby again) between them. A pause is run on a cluster
-// of its own each time: with Debian's Patroni (3.0.2) the paused
-// primary's Patroni takes the leader key back when it resumes, and the
-// cluster never names a synchronous standby again.
-var patroniFaults = []pgtest.PatroniFault{
-	pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode, pgtest.FaultPartition,
-}
-
-// faultsWanted returns faults, or those named in PGLOCKS_PATRONI_FAULTS
-// (a comma-separated list, e.g. "pause" or "switchover,kill-node").
-func faultsWanted(faults []pgtest.PatroniFault) []pgtest.PatroniFault {
-	want := os.Getenv("PGLOCKS_PATRONI_FAULTS")
-	if want == "" {
-		return faults
-	}
-	var out []pgtest.PatroniFault
-	for _, f := range faults {
-		if slices.Contains(strings.Split(want, ","), string(f)) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
 
 // TestPatroniLeaseFailover fails a real Patroni cluster's primary
 // (synchronous mode, 2 nodes) over and over — switchover, SIGKILL of the
@@ -137,6 +94,9 @@ func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict
 					rs = append(rs, leaseFault(t, p, f, i, strict))
 				}
 			})
+			if !paused {
+				noSessionsLeft(t, p, fmt.Sprint(f, "-", i))
+			}
 		}
 		total += summarize(t, f, rs)
 	}
@@ -191,7 +151,9 @@ type leaseRun struct {
 func leaseFault(t *testing.T, p *pgtest.Patroni, f pgtest.PatroniFault, i int, strict bool) leaseRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	pool := pgtest.NewPool(t, patroniDSN(p))
+	pool := pgtest.NewPool(t, patroniDSN(p), func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["application_name"] = runApp
+	})
 	held := fmt.Sprintf("held-%s-%d", f, i)
 	const ttl = 5 * time.Second
 	holder, err := newStore(t, pool, lease.Config{}).Acquire(ctx, held, ttl, lease.WithKeepAlive())

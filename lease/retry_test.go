@@ -150,8 +150,11 @@ func TestAcquireClosedPool(t *testing.T) {
 	b := setup(t)
 	pool := b.db.NewPool(t)
 	s := newStore(t, pool, lease.Config{})
-	mustTry(t, b.store, "busy", 500*time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Held long enough for the waiter to park behind it on a loaded
+	// machine (500 ms ran out first at load 10), short enough that its
+	// expiry makes the waiter try again, on the closed pool, soon.
+	mustTry(t, b.store, "busy", 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {

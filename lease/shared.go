@@ -49,7 +49,7 @@ func (s *Store) AcquireShared(ctx context.Context, rw string, ttl time.Duration,
 		return nil, fmt.Errorf("acquire shared lease %q: %w", short(rw), err)
 	}
 	start := s.cfg.Now()
-	l, err := s.acquireBy(ctx, rw+readerSuffix, func(ctx context.Context) (*Lease, error) {
+	l, err := s.acquireBy(ctx, rw+readerSuffix, tryBound(ttl), func(ctx context.Context) (*Lease, error) {
 		return s.tryShared(ctx, rw, ttl, o)
 	})
 	return s.observeAcquire(rw, true, start, l, wrapShared("acquire shared", rw, err))

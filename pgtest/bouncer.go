@@ -124,13 +124,13 @@ func StartBouncer(ctx context.Context, s *Server, mode PoolMode, opts ...Bouncer
 	}
 	// A free port can be taken between our probe and pgbouncer's bind; retry.
 	for attempt := 0; ; attempt++ {
-		if b.port, err = freePort(); err != nil {
+		if b.port, err = pickPort(s); err != nil {
 			return nil, err
 		}
 		if err = b.writeConfig(target); err != nil {
 			return nil, err
 		}
-		if err = b.start(ctx, bin, cred, s.adminDSN); err == nil || attempt == 4 {
+		if err = b.start(ctx, bin, cred, s.adminDSN); err == nil || attempt == 4 || ctx.Err() != nil {
 			break
 		}
 	}
@@ -161,7 +161,7 @@ func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 	}
 	db := fmt.Sprintf("host=%s port=%d", target.Host, target.Port)
 	if target.Password != "" {
-		db += fmt.Sprintf(" user=%s password=%s", iniQuote(target.User), iniQuote(target.Password))
+		db += fmt.Sprintf(" user=%s password=%s", connQuote(target.User), connQuote(target.Password))
 	}
 	ini := strings.Join([]string{
 		"[databases]",
@@ -178,7 +178,7 @@ func (b *Bouncer) writeConfig(target *pgconn.Config) error {
 		"default_pool_size = " + strconv.Itoa(b.set.poolSize),
 		"server_round_robin = " + strconv.Itoa(b2i(b.set.roundRobin)),
 		"ignore_startup_parameters = extra_float_digits",
-		"logfile = " + filepath.Join(b.dir, "pgbouncer.log"),
+		"logfile = " + b.logfile(),
 		"admin_users = " + target.User,
 		"log_connections = 0",
 		"log_disconnections = 0",
@@ -201,9 +201,15 @@ func b2i(b bool) int {
 	return 0
 }
 
-// iniQuote quotes a value for pgbouncer's connection strings and user list.
+// iniQuote quotes a value for pgbouncer's user list.
 func iniQuote(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// connQuote quotes a value of a connection string in pgbouncer's
+// [databases] section, which takes single quotes, doubled within.
+func connQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
 // start runs pgbouncer and waits until a query through it succeeds.
@@ -227,7 +233,28 @@ func (b *Bouncer) start(ctx context.Context, bin string, cred *syscall.Credentia
 	if err != nil {
 		return err
 	}
-	return waitPooler(ctx, "pgbouncer", dsn, filepath.Join(b.dir, "pgbouncer.log"), done, b.stop)
+	return waitPooler(ctx, "pgbouncer", dsn, b.logfile(), done, b.stop, b.ours(dsn))
+}
+
+// logfile is where pgbouncer logs, in b's own dir.
+func (b *Bouncer) logfile() string { return filepath.Join(b.dir, "pgbouncer.log") }
+
+// ours tells whether the PgBouncer that answers at b's port is b's own: its
+// admin console names b's log file.
+func (b *Bouncer) ours(dsn string) func(context.Context) error {
+	logfile := b.logfile()
+	return func(ctx context.Context) error {
+		rows, err := askPooler(ctx, dsn, "pgbouncer", "show config")
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if len(r) > 1 && r[0] == "logfile" && r[1] == logfile {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: the PgBouncer there logs elsewhere", errNotOurs)
+	}
 }
 
 // stop ends pgbouncer at once (SIGTERM: immediate shutdown, which closes

@@ -32,3 +32,7 @@ func RunLockChecksForTest(s *Server) int64 {
 	}
 	return s.runLock.checks.Load()
 }
+
+// NextPortForTest makes the next pooler started in front of s pick port,
+// as if another listener had taken it after it was found free.
+func NextPortForTest(s *Server, port int) { s.nextPort.Store(int32(port)) }

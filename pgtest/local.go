@@ -376,8 +376,11 @@ func (l *local) describe() string {
 	return fmt.Sprintf("127.0.0.1:%d (%s, data in %s)", l.port, l.bindir, l.dir)
 }
 
+// freePort returns a TCP port that no one listens on, on any address (the
+// servers and poolers pgtest starts listen beyond loopback), at the time
+// of the call: another listener may take it before the caller binds it.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
 		return 0, err
 	}

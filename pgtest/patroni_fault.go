@@ -226,8 +226,11 @@ func (p *Patroni) Fault(ctx context.Context, f PatroniFault) (*Failover, error) 
 }
 
 // Recover restarts a killed node, or heals a partitioned one, and waits
-// until the cluster has a writable primary and, in synchronous mode, a
-// synchronous standby again: ready for the next fault.
+// until the cluster has a writable primary, every other node a replica
+// streaming from it (the old primary rewound and rejoined) and, in
+// synchronous mode, a synchronous standby again — all read from the
+// primary, the replicas and etcd (see [Patroni.WaitSynchronous]): ready
+// for the next fault.
 func (fo *Failover) Recover(ctx context.Context) error {
 	if fo == nil || fo.p == nil {
 		return errors.New("pgtest: recover: no failover (a nil *Failover, or not one Patroni.Fault returned)")

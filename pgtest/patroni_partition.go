@@ -104,31 +104,57 @@ func (p *Patroni) primaryLocally(ctx context.Context, name string) (primary, kno
 }
 
 // leaderKey returns the node Patroni's leader key in etcd names, "" if the
-// key does not exist (it expired, or was released), read through etcd's
-// JSON gateway.
+// key does not exist (it expired, or was released).
 func (p *Patroni) leaderKey(ctx context.Context) (string, error) {
+	b, err := p.etcdKey(ctx, "leader")
+	return string(b), err
+}
+
+// etcdKey reads the value of Patroni's key /service/pgtest/<name>; nil if
+// it does not exist.
+func (p *Patroni) etcdKey(ctx context.Context, name string) ([]byte, error) {
+	kv, err := p.etcdGet(ctx, name)
+	if err != nil || kv == nil {
+		return nil, err
+	}
+	return kv.Value, nil
+}
+
+// etcdKV is a key as etcd's JSON gateway returns it.
+type etcdKV struct {
+	Value []byte // base64 in JSON: []byte decodes it
+	Lease int64  `json:"lease,string"` // 0: the key has no lease
+}
+
+// etcdGet reads Patroni's key /service/pgtest/<name> through etcd's JSON
+// gateway; nil if it does not exist.
+func (p *Patroni) etcdGet(ctx context.Context, name string) (*etcdKV, error) {
+	var r struct{ Kvs []etcdKV }
+	body := fmt.Sprintf(`{"key": %q}`, base64.StdEncoding.EncodeToString([]byte("/service/pgtest/"+name)))
+	if err := p.etcdPost(ctx, "/v3/kv/range", body, &r); err != nil {
+		return nil, fmt.Errorf("pgtest: etcd's answer for the %s key: %w", name, err)
+	}
+	if len(r.Kvs) == 0 {
+		return nil, nil
+	}
+	return &r.Kvs[0], nil
+}
+
+// etcdPost posts body to path of etcd's JSON gateway, within 2 s, and
+// decodes its answer into out.
+func (p *Patroni) etcdPost(ctx context.Context, path, body string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	body := fmt.Sprintf(`{"key": %q}`, base64.StdEncoding.EncodeToString([]byte("/service/pgtest/leader")))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.host+":"+strconv.Itoa(p.etcd)+"/v3/kv/range", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.host+":"+strconv.Itoa(p.etcd)+path, strings.NewReader(body))
 	if err != nil {
-		return "", err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer resp.Body.Close()
-	var r struct {
-		Kvs []struct{ Value []byte } // base64 in JSON: []byte decodes it
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return "", fmt.Errorf("pgtest: etcd's answer for the leader key: %w", err)
-	}
-	if len(r.Kvs) == 0 {
-		return "", nil
-	}
-	return string(r.Kvs[0].Value), nil
+	return json.NewDecoder(resp.Body).Decode(out)
 }
 
 // Supports reports whether f can be played on this cluster: every fault

@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,8 +27,9 @@ import (
 //   - a new connection to the old primary's address times out (not
 //     refused);
 //   - etcd's leader key keeps naming the old primary until it expires,
-//     at least TTL − 2 s after the cut (an expiry, not a release), and
-//     names another node before that node accepts writes;
+//     no sooner than its lease, read just before the cut, could (an
+//     expiry, not a release), and names another node before that node
+//     accepts writes;
 //   - the old primary, asked through its Unix socket (which the cut
 //     spares), stops being a primary — its Patroni says it demoted it
 //     because etcd is unreachable — before the new one accepts writes;
@@ -50,6 +52,16 @@ func TestPatroniPartition(t *testing.T) {
 	client, sock := silentPeerConn(t, ctx, p, old)
 	clientErr := queryUntilError(ctx, client)
 	keyMoved := watchLeaderKey(ctx, p, old)
+	// The lease expires TTL after Patroni last refreshed it, not after the
+	// cut: the cluster is ready when Patroni writes the sync key, at the
+	// end of an HA cycle that refreshed the lease and then slept 2 s
+	// (ha.py, process_sync_replication), so the cut may come more than
+	// 2 s after the last refresh.
+	leaseRead := time.Now()
+	leaseLeft, err := leaderLeaseLeft(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
 	fo, err := p.Fault(ctx, FaultPartition)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +69,7 @@ func TestPatroniPartition(t *testing.T) {
 	t.Logf("%s cut off: %s accepts writes after %v; %s no primary (through its socket) after %v",
 		fo.Old, fo.New, fo.Writable.Round(time.Millisecond), fo.Old, fo.ReadOnly.Round(time.Millisecond))
 	checkClientCut(t, ctx, clientErr, sock, fo)
-	checkLeaderKey(t, ctx, keyMoved, fo, p.opts.TTL)
+	checkLeaderKey(t, ctx, keyMoved, fo, leaseRead.Add(leaseLeft))
 	if fo.ReadOnly >= fo.Writable {
 		t.Errorf("the old primary was still one %v after the cut, when the new one accepted writes (%v)", fo.ReadOnly, fo.Writable)
 	}
@@ -239,14 +251,39 @@ type keyChange struct {
 	at  time.Time
 }
 
-func checkLeaderKey(t *testing.T, ctx context.Context, moved <-chan keyChange, fo *Failover, ttl int) {
+// leaderLeaseLeft returns how long the leader key's lease has left to
+// live, as etcd says (whole seconds, rounded down): the key cannot
+// expire sooner.
+func leaderLeaseLeft(ctx context.Context, p *Patroni) (time.Duration, error) {
+	kv, err := p.etcdGet(ctx, "leader")
+	if err != nil {
+		return 0, err
+	}
+	if kv == nil || kv.Lease == 0 {
+		return 0, fmt.Errorf("pgtest: the leader key has no lease: %+v", kv)
+	}
+	var l struct {
+		TTL int64 `json:"TTL,string"`
+	}
+	if err := p.etcdPost(ctx, "/v3/lease/timetolive", fmt.Sprintf(`{"ID": %d}`, kv.Lease), &l); err != nil {
+		return 0, err
+	}
+	if l.TTL <= 0 {
+		return 0, fmt.Errorf("pgtest: the leader key's lease %d has %d s left", kv.Lease, l.TTL)
+	}
+	return time.Duration(l.TTL) * time.Second, nil
+}
+
+func checkLeaderKey(t *testing.T, ctx context.Context, moved <-chan keyChange, fo *Failover, expiry time.Time) {
 	t.Helper()
 	select {
 	case k := <-moved:
 		after := k.at.Sub(fo.At)
-		t.Logf("etcd's leader key left %s %v after the cut (then: %q)", fo.Old, after.Round(time.Millisecond), k.now)
-		if after < time.Duration(ttl)*time.Second-2*time.Second {
-			t.Errorf("the leader key left %s %v after the cut: a release, not an expiry after the TTL (%d s)", fo.Old, after, ttl)
+		t.Logf("etcd's leader key left %s %v after the cut (then: %q); its lease could expire %v after it",
+			fo.Old, after.Round(time.Millisecond), k.now, expiry.Sub(fo.At).Round(time.Millisecond))
+		if k.at.Before(expiry) {
+			t.Errorf("the leader key left %s %v after the cut, %v before its lease could expire (%v after the cut): a release, not an expiry",
+				fo.Old, after, expiry.Sub(k.at), expiry.Sub(fo.At))
 		}
 		if after > fo.Writable {
 			t.Errorf("%s accepted writes %v after the cut, before the leader key left %s (%v)", fo.New, fo.Writable, fo.Old, after)

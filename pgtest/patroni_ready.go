@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -46,8 +45,11 @@ func (p *Patroni) WaitPrimary(ctx context.Context, not string) (string, error) {
 
 // WaitSynchronous waits for a primary that Patroni's REST API names and
 // that accepts a write, every other node a replica Patroni would promote
-// (running, not lagging) and, in synchronous mode, one of them Patroni's
-// synchronous standby: the cluster is then ready for another failover.
+// (running, not lagging) that streams from it on its timeline and has
+// received its WAL (rewound and rejoined, if it had to be) and, in
+// synchronous mode, Patroni's sync key in etcd naming a synchronous
+// standby that the primary's pg_stat_replication shows as one: the
+// cluster is then ready for another failover.
 func (p *Patroni) WaitSynchronous(ctx context.Context) (string, error) {
 	return p.waitPrimary(ctx, "", true)
 }
@@ -140,64 +142,28 @@ func (p *Patroni) writable(ctx context.Context, name string) bool {
 const writeProbeSQL = `create table if not exists pgtest_patroni_writes (id int primary key, n bigint not null);
 insert into pgtest_patroni_writes values (1, 1) on conflict (id) do update set n = pgtest_patroni_writes.n + 1`
 
-// hasSync reports whether every node but the primary is a healthy
-// replica — Patroni's GET /replica?lag=1MB answers 200: running, and
+// hasSync reports whether the cluster is ready for another failover
+// with primary as its primary: every other node a healthy replica by
+// Patroni's own measure — GET /replica?lag=1MB answers 200: running, and
 // replayed to within maximum_lag_on_failover of the leader's last
-// position, so Patroni would promote it — and, in synchronous mode,
-// whether one of them is Patroni's synchronous standby (GET /sync): only
-// then will Patroni switch over or fail over without losing commits.
-// (GET /sync alone is not enough: it answers from the DCS's sync key, for
-// a standby that may not stream yet, and Patroni refuses to promote a
-// replica that lags.)
+// position, so Patroni would promote it — and settled by the truth (see
+// settled): streaming from primary on its timeline and caught up with
+// it, and, in synchronous mode, the sync key in etcd naming primary's
+// synchronous standby as primary's pg_stat_replication shows it.
 //
-// And every one of them must stream from the primary (its
-// pg_stat_replication): GET /replica answers 200 also for a replica left
-// on an older timeline that streams from nowhere (seen with three nodes
-// after a failover: it needed pg_rewind), which the next failover in
-// strict mode would find no synchronous standby in.
+// No node's GET /sync is trusted: it answers from the node's cached copy
+// of the sync key, for a standby that may not be synchronous yet (a fault
+// played then left Patroni nobody to promote); and GET /replica answers
+// 200 also for a replica that still has to be rewound (left on an older
+// timeline, or a rejoining old primary before its pg_rewind).
 func (p *Patroni) hasSync(ctx context.Context, primary string) bool {
-	sync := p.opts.Async
 	for _, n := range p.nodes {
 		if n.name == primary {
 			continue
 		}
-		rest := "http://" + n.addr(n.restPort)
-		if code, _ := httpGet(ctx, rest+"/replica?lag=1048576"); code != http.StatusOK {
-			return false
-		}
-		if code, _ := httpGet(ctx, rest+"/sync"); code == http.StatusOK {
-			sync = true
-		}
-	}
-	return sync && p.allStream(ctx, primary)
-}
-
-// allStream reports whether every node but primary streams from it, by
-// its pg_stat_replication (Patroni names each walreceiver after its node).
-func (p *Patroni) allStream(ctx context.Context, primary string) bool {
-	dsn, err := p.NodeDSN(primary)
-	if err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return false
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, "select application_name from pg_catalog.pg_stat_replication where state = 'streaming'")
-	if err != nil {
-		return false
-	}
-	streaming, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return false
-	}
-	for _, n := range p.nodes {
-		if n.name != primary && !slices.Contains(streaming, n.name) {
+		if code, _ := httpGet(ctx, "http://"+n.addr(n.restPort)+"/replica?lag=1048576"); code != http.StatusOK {
 			return false
 		}
 	}
-	return true
+	return p.settled(ctx, primary)
 }

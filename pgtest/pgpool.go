@@ -67,10 +67,10 @@ func StartPgpool(ctx context.Context, s *Server, cache bool) (*Pgpool, error) {
 		}
 	}()
 	for attempt := 0; ; attempt++ { // a free port can be taken before pgpool binds it
-		if err = p.writeConfig(target); err != nil {
+		if err = p.writeConfig(s, target); err != nil {
 			return nil, err
 		}
-		if err = p.start(ctx, bin, s.adminDSN); err == nil || attempt == 4 {
+		if err = p.start(ctx, bin, s.adminDSN); err == nil || attempt == 4 || ctx.Err() != nil {
 			break
 		}
 	}
@@ -89,9 +89,9 @@ func pgpoolBinary() (string, error) {
 // writeConfig writes pgpool.conf and the empty pcp.conf and pool_hba.conf
 // it insists on. Clients are passed through to the server, which decides
 // who may log in.
-func (p *Pgpool) writeConfig(target *pgconn.Config) error {
+func (p *Pgpool) writeConfig(s *Server, target *pgconn.Config) error {
 	var err error
-	if p.port, err = freePort(); err != nil {
+	if p.port, err = pickPort(s); err != nil {
 		return err
 	}
 	pcpPort, err := freePort()
@@ -162,7 +162,22 @@ func (p *Pgpool) start(ctx context.Context, bin, adminDSN string) error {
 	if err != nil {
 		return err
 	}
-	return waitPooler(ctx, "pgpool", dsn, filepath.Join(p.dir, "pgpool.log"), done, p.stop)
+	return waitPooler(ctx, "pgpool", dsn, filepath.Join(p.dir, "pgpool.log"), done, p.stop, p.ours(dsn))
+}
+
+// ours tells whether the Pgpool-II that answers at p's port is p's own: it
+// names p's dir as its logdir.
+func (p *Pgpool) ours(dsn string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		rows, err := askPooler(ctx, dsn, "", "pgpool show logdir")
+		if err != nil {
+			return err
+		}
+		if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] == p.dir {
+			return nil
+		}
+		return fmt.Errorf("%w: the Pgpool-II there has logdir %v", errNotOurs, rows)
+	}
 }
 
 // stop ends pgpool's whole process group at once and dismisses its

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,11 +46,12 @@ type Server struct {
 	version  int        // server_version_num
 	runID    string     // outlives(): in every database name this run makes (see sweep.go)
 
-	backend  backend  // nil in ModeDSN
-	shared   bool     // a local server shared by the test binaries of one go test (share.go)
-	unshared error    // why a test binary's local server is its own, not shared
-	runLock  *runLock // outlives(): this run's lock session (see runlock.go)
-	pooled   bool     // ModeDSN: the DSN goes through a pooler: no sweep
+	backend  backend      // nil in ModeDSN
+	shared   bool         // a local server shared by the test binaries of one go test (share.go)
+	unshared error        // why a test binary's local server is its own, not shared
+	runLock  *runLock     // outlives(): this run's lock session (see runlock.go)
+	pooled   bool         // ModeDSN: the DSN goes through a pooler: no sweep
+	nextPort atomic.Int32 // when not 0, the port of the next pooler in front of s (see pickPort)
 
 	mu        sync.Mutex
 	templates map[string]*tplState // by template name

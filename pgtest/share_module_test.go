@@ -126,16 +126,8 @@ func shareModule(t *testing.T, n int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goLine := "go 1.25"
-	for _, l := range strings.Split(string(gomod), "\n") {
-		if strings.HasPrefix(l, "go ") {
-			goLine = l
-		}
-	}
 	mod := t.TempDir()
-	files := map[string]string{
-		"go.mod": fmt.Sprintf("module sharetest\n\n%s\n\nrequire github.com/pglocks/pglocks v0.0.0\n\nreplace github.com/pglocks/pglocks => %s\n", goLine, repo),
-	}
+	files := map[string]string{"go.mod": shareGoMod(string(gomod), repo)}
 	for i := range n {
 		name := "p" + strconv.Itoa(i)
 		files[filepath.Join(name, name+"_test.go")] = fmt.Sprintf(sharePkg, name)
@@ -154,6 +146,25 @@ func shareModule(t *testing.T, n int) string {
 		}
 	}
 	return mod
+}
+
+// shareGoMod is the go.mod of a shareModule: the repo's own, verbatim
+// but for its module line, with pglocks itself required and replaced by
+// the repo. With the repo's whole requirement list (and its replace and
+// exclude directives, which only a main module's go.mod applies) the go
+// command loads the same pruned module graph as the repo's own build,
+// whose go.mod files a fresh module cache holds; with pglocks alone it
+// walked the unpruned graph of old modules (a go.mod not in the cache,
+// and GOPROXY=off).
+func shareGoMod(gomod, repo string) string {
+	lines := strings.Split(gomod, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "module ") {
+			lines[i] = "module sharetest"
+			break
+		}
+	}
+	return strings.Join(lines, "\n") + fmt.Sprintf("\nrequire github.com/pglocks/pglocks v0.0.0\n\nreplace github.com/pglocks/pglocks => %s\n", repo)
 }
 
 // goTest is one go test run over a shareModule.

@@ -1,6 +1,7 @@
 package schedule_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -86,4 +87,50 @@ func TestEndReplyLost(t *testing.T) {
 		t.Fatalf("End whose reply was lost: %v, %v; want an error and outcome unknown", e.rec, e.err)
 	}
 	t.Logf("End whose reply was lost: %v: %v", e.rec, e.err)
+}
+
+// TestLostRunErrorSaysLoss: the run's lease is lost while fn runs, and fn
+// returns what its cancelled context gives it, context.Canceled, as a
+// query cut short does. Do's error says first, on one line, that the
+// lease was lost — fn's "context canceled" is only its consequence, and
+// the caller's ctx is alive — and wraps both.
+func TestLostRunErrorSaysLoss(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	r := newReplica(t, pgtest.New(t), "r", 0)
+	job := r.job(t, "lost-error", schedule.Policy{})
+	rec, err := job.DoSlot(ctx, "s", func(runCtx context.Context, run *schedule.Run) error {
+		if _, err := r.store.Break(ctx, schedule.LeasePrefix+"lost-error"); err != nil {
+			return err
+		}
+		<-runCtx.Done()
+		return runCtx.Err()
+	})
+	if ctx.Err() != nil {
+		t.Fatal(ctx.Err())
+	}
+	if !errors.Is(err, lease.ErrLost) || !errors.Is(err, context.Canceled) || rec.Outcome != schedule.Lost {
+		t.Fatalf("DoSlot: %v, %+v; want lease.ErrLost and context.Canceled, outcome lost", err, rec)
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, `schedule: job "lost-error" slot s: the run's lease was lost while it ran`) ||
+		strings.Contains(msg, "\n") {
+		t.Fatalf("DoSlot's error %q: want one line that says first the lease was lost", msg)
+	}
+	t.Logf("DoSlot whose lease was lost: %v", err)
+}
+
+// TestReleasedRunNoError: fn releasing its own run's lease ends the lease
+// while fn runs, but nothing was lost: the run is recorded as fn's result
+// and Do returns fn's error (nil), not a loss.
+func TestReleasedRunNoError(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	r := newReplica(t, pgtest.New(t), "r", 0)
+	job := r.job(t, "released", schedule.Policy{})
+	rec, err := job.DoSlot(ctx, "s", func(_ context.Context, run *schedule.Run) error {
+		return run.Lease().Release(ctx)
+	})
+	if rec.Outcome != schedule.Succeeded || err != nil {
+		t.Fatalf("a run that released its own lease: outcome %v, err %v; want succeeded, nil", rec.Outcome, err)
+	}
 }

@@ -185,7 +185,11 @@ func TestKilledRunRerun(t *testing.T) {
 	for i := range 5 {
 		rs = append(rs, newReplica(t, db, fmt.Sprintf("r%d", i), time.Duration(2-i)*time.Second))
 	}
-	policy := schedule.Policy{Period: killPeriod, TTL: killTTL, RerunCrashed: true}
+	// The replicas' own runs hold the job for 30 s, renewed: the dead run's
+	// lease is the child's, of killTTL. A rerun under a lease of killTTL
+	// too would be lost whenever a loaded machine let its renewals lapse
+	// for 0.9 s (its trust deadline), and recorded as lost, not succeeded.
+	policy := schedule.Policy{Period: killPeriod, TTL: 30 * time.Second, RerunCrashed: true}
 	awaitRoom(t, rs[0].pool, killPeriod, rs[0].job(t, killJob, policy).Policy().Tolerance, 30*time.Second)
 	slot, token := spawnAndKill(t, db, true)
 	killed := time.Now()

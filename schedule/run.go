@@ -184,9 +184,12 @@ func errorText(err error) string {
 // with a context that is cancelled when ctx ends or the run's lease is
 // lost, and ends the run with fn's error (see [Run.End]) — also when fn
 // panics, before the panic goes on. It returns the run's final record and
-// fn's error, joined with [lease.ErrLost] if the lease was lost while fn
-// ran (fn may then not have been alone) and with End's error. When the
-// slot is taken, it returns a [*TakenError] and does not call fn.
+// fn's error, joined with End's error. If the lease was lost while fn ran
+// (fn may then not have been alone), the error says so first, on one
+// line, and wraps [lease.ErrLost] and then fn's error, which is often only
+// the loss's consequence: context.Canceled from fn's context, though ctx
+// is alive. When the slot is taken, it returns a [*TakenError] and does
+// not call fn.
 func (j *Job) Do(ctx context.Context, fn func(ctx context.Context, run *Run) error) (Record, error) {
 	if fn == nil {
 		return Record{}, invalid("Do: nil function")
@@ -223,10 +226,31 @@ func (r *Run) do(ctx context.Context, fn func(ctx context.Context, run *Run) err
 	}()
 	runErr := fn(fctx, r)
 	returned = true
+	leaseErr := r.lease.Err() // before End releases it: why it ended while fn ran, if it did
 	rec, endErr := r.End(ctx, runErr)
-	var lostErr error
-	if rec.Outcome == Lost {
-		lostErr = fmt.Errorf("schedule: job %q slot %s: %w while the run ran: it may not have been alone", rec.Job, rec.Slot, lease.ErrLost)
+	return rec, errors.Join(r.doErr(rec, leaseErr, runErr), endErr)
+}
+
+// doErr is the error of Do for fn's error runErr: when the run's lease
+// was lost while fn ran (rec says Lost, or leaseErr wraps lease.ErrLost
+// though End could not record it), that loss comes first — fn's error,
+// often only its consequence (its context cancelled), is wrapped after
+// it, on the same line. A lease that ended otherwise (fn released it, the
+// Store closed) is End's to report.
+func (r *Run) doErr(rec Record, leaseErr, runErr error) error {
+	var err error
+	switch {
+	case rec.Outcome == Lost: // End saw the loss: the lease's error wraps lease.ErrLost
+		err = fmt.Errorf("schedule: job %q slot %s: the run's lease was lost while it ran, so it may not have been alone: %w",
+			r.rec.Job, r.rec.Slot, r.lease.Err())
+	case errors.Is(leaseErr, lease.ErrLost):
+		err = fmt.Errorf("schedule: job %q slot %s: the run's lease was lost while it ran, so it may not have been alone: %w",
+			r.rec.Job, r.rec.Slot, leaseErr)
+	default:
+		return runErr
 	}
-	return rec, errors.Join(runErr, lostErr, endErr)
+	if runErr != nil {
+		err = fmt.Errorf("%w (fn returned: %w)", err, runErr)
+	}
+	return err
 }

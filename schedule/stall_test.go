@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,23 +86,28 @@ func stalledStart(t *testing.T, history int, runSlot bool) {
 // TestBusyThenTaken: two replicas wait for the job, held by a run of
 // another slot; when it ends, one of them runs the slot and holds the job
 // past the slot's window. The other's wait ends when the window closes:
-// it must say the slot was taken, by whom, not that it was not run.
+// it must say the slot was taken, by whom, not that it was not run. The
+// window (9 s) leaves room for a loaded machine between the End and the
+// winner's start; every wait has a deadline.
 func TestBusyThenTaken(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	db := pgtest.New(t)
-	const period = 2 * time.Second
+	const period = 12 * time.Second
 	policy := schedule.Policy{Period: period}
 	h, a, c := newReplica(t, db, "h", 0), newReplica(t, db, "a", 0), newReplica(t, db, "c", 0)
 	jh := h.job(t, "busy", policy)
 	tol := jh.Policy().Tolerance
-	awaitRoom(t, h.pool, period, tol, 1200*time.Millisecond)
+	awaitRoom(t, h.pool, period, tol, 8*time.Second)
 	other, err := jh.StartSlot(ctx, "other")
 	if err != nil {
 		t.Fatal(err)
 	}
 	waiting := make(chan struct{}, 2)
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // also when the test fails early
 	ran := make(chan schedule.Record, 2)
 	done := make(chan error, 2)
 	for _, r := range []*replica{a, c} {
@@ -116,15 +122,22 @@ func TestBusyThenTaken(t *testing.T) {
 			done <- err
 		}()
 	}
-	<-waiting
-	<-waiting
+	recv(t, waiting, "a waiter waiting")
+	recv(t, waiting, "both waiters waiting")
 	if _, err := other.End(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	winner := <-ran
-	err = <-done
-	close(release)
-	if err2 := <-done; err2 != nil {
+	var winner schedule.Record
+	select {
+	case winner = <-ran:
+	case err := <-done:
+		t.Fatalf("a waiter returned before either ran the slot: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no waiter ran the slot within a minute of the End")
+	}
+	err = recv(t, done, "the other waiter's wait ending")
+	free()
+	if err2 := recv(t, done, "the winner's run ending"); err2 != nil {
 		t.Errorf("the winner: %v", err2)
 	}
 	var te *schedule.TakenError
@@ -132,4 +145,17 @@ func TestBusyThenTaken(t *testing.T) {
 		t.Fatalf("the other waiter: %v, want taken by the winner's run (token %d, slot %s)", err, winner.Token, winner.Slot)
 	}
 	t.Logf("the other waiter: %v", err)
+}
+
+// recv receives from c, failing the test after a minute with what it
+// waited for.
+func recv[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("no %s within a minute", what)
+		panic("unreachable")
+	}
 }

@@ -37,9 +37,14 @@ var (
 	// member row of its identity is held by another live member (another
 	// process, or another Member value, with the same Config.Identity).
 	// A row found held is first waited for, as long as it has left plus
-	// PollInterval (so at most TTL + PollInterval): the row of a crashed
-	// process with this identity expires meanwhile and Run joins; only a
-	// row still held after that — renewed by a live holder — is refused.
+	// PollInterval: the row of a crashed process with this identity
+	// expires meanwhile and Run joins. A row the same holder renewed
+	// meanwhile is waited for once more (a renewal the crashed process
+	// sent before it died can commit late); only a row still held after
+	// that, or taken by another holder meanwhile, is refused: after at most
+	// two of the holder's TTL plus PollInterval (and the statements' time)
+	// from the join. A row held by the join's own attempt (one a deadline
+	// cut off after it committed) is waited for as it is cleaned up.
 	ErrIdentityInUse = errors.New("shard: member identity already in use")
 	// ErrRunning is returned by [Member.Run] called while another Run of
 	// the same Member is under way.
@@ -65,20 +70,24 @@ type Config struct {
 	Shards []string
 
 	// Store holds the member row and the shard leases, and renews them in
-	// its batched keep-alive. Give each process one Store; its table must
+	// its batched keep-alive. Give each process one Store, on a pool of
+	// its own (not the one the shards' work uses, whose busy connections
+	// would delay its reads, acquisitions and renewals); its table must
 	// exist ([lease.Store.Migrate]). The Member does not close it.
 	Store *lease.Store
 
 	// Identity names this member in the group. Two live members with one
 	// identity are refused ([ErrIdentityInUse]); a stable identity (a pod
-	// name) restarting after a crash waits for its old row to expire, at
-	// most TTL, and joins. Default: hostname, pid and a random suffix,
+	// name) restarting after a crash waits for its old row to expire
+	// (see [ErrIdentityInUse]) and joins. Default: hostname, pid and a random suffix,
 	// unique per Member.
 	Identity string
 
 	// TTL is the time to live of the member row and of every shard lease:
 	// a member that dies without leaving has its shards taken over within
-	// TTL + PollInterval. At least [lease.MinTTL]. Default: 15s.
+	// TTL + PollInterval, plus the time of the others' reads of the group,
+	// planning and acquisitions (see the package doc). At least
+	// [lease.MinTTL]. Default: 15s.
 	TTL time.Duration
 
 	// PollInterval is how often a member reads the group's rows — its

@@ -36,7 +36,10 @@
 // All of a member's leases — member row and shards — live in its
 // [lease.Store] and are renewed by the store's one batched keep-alive:
 // one statement per renewal round for the process, however many shards
-// (see the figures in docs/shards.md).
+// (see the figures in docs/shards.md). Give the Store a pool of its own,
+// apart from the one the shards' work uses: its reads, acquisitions and
+// renewals then never wait for a connection that work holds (they still
+// share the server's CPU and locks).
 //
 // # Assignment
 //
@@ -113,10 +116,26 @@
 //     shards at their next read of the group, within one PollInterval of
 //     the releases (TestLeaveCause).
 //   - A member that dies (crash, SIGKILL, a pause longer than its trust
-//     window) has its shards taken over within TTL + PollInterval: its
-//     rows expire at most TTL after their last renewal, and the next read
-//     of the group after that moves its shards (TestMemberDeath:
-//     1.6 s with TTL 2 s, PollInterval 100 ms). A paused member's leases
+//     window) has its shards taken over within TTL + PollInterval, plus
+//     the time the others take to read, plan and acquire (a read that
+//     fails costs TTL/3 and a PollInterval more): its rows expire at most TTL
+//     after their last renewal, the others' next poll after that (within
+//     PollInterval) reads the member rows, then the whole group, and
+//     acquires its shards, in parallel over the Store's pool. Those
+//     statements take milliseconds on an idle server; at load 30–60 on 2
+//     cores, with TTL 10 s and PollInterval 1 s, the rows' expiry to the
+//     last shard taken was median 1.6 s, worst 5.4 s, the poll's wait
+//     included (TestProcChaos, which logs each takeover's breakdown: reads
+//     of the group of up to 3 s, plans of up to 1.6 s of a starved CPU) —
+//     provided the Store gets connections: give it a pool of
+//     its own, or leave its pool connections the application does not
+//     take. A Store that shares a pool the application keeps busy waits
+//     for it like any other caller (TestTakeoverBusyApplication: none of
+//     the shards while the application holds the pool; with one pool
+//     between a process's Store and its owners' writes, TestProcChaos's
+//     takeovers took up to 18 s against 11 s at load 40–60, every
+//     connection busy with writes). TestMemberDeath: 1.6 s with TTL 2 s,
+//     PollInterval 100 ms. A paused member's leases
 //     end locally before they can expire (lease's trust deadline), so its
 //     Contexts are cancelled before anyone else owns its shards; it then
 //     joins again. One exception: a member paused inside a guarded
@@ -127,10 +146,14 @@
 //   - Connections killed under a member (pg_terminate_backend) cost
 //     nothing: the keep-alive renews on new connections (TestMemberDeath).
 //   - A member restarting with the identity of one that crashed waits for
-//     the old member row to expire (at most its time left plus
-//     PollInterval, logged at Info) and joins; a member whose row is
-//     still held after that, renewed by a live holder, is refused with
-//     [ErrIdentityInUse] (TestRestartSameIdentity, TestJoinTwice).
+//     the old member row to expire (its time left plus PollInterval,
+//     logged at Info; once more if the old holder renewed it meanwhile, as
+//     a renewal sent before the crash can commit late) and joins; a row
+//     still held after that, renewed by a live holder, or taken by another
+//     holder meanwhile, is refused with [ErrIdentityInUse]; a row held by
+//     the join's own attempt, cut off by its deadline after it committed,
+//     is waited for (TestRestartSameIdentity, TestRestartLateRenewal,
+//     TestRestartSlowLink, TestJoinTwice).
 //   - Bad input — an empty group, a group with '#', no shards, an empty or
 //     duplicate shard name, a second live member with one identity — is a
 //     clear error, never a panic (TestBadInput, TestGroupNameHash,

@@ -29,6 +29,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The Store's pool: give the shards' work a pool of its own, so that
+	// its busy connections never delay the Store's reads, acquisitions and
+	// renewals.
 	pool, err := pgxpool.New(ctx, db.DSN)
 	if err != nil {
 		log.Fatal(err)

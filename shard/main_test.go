@@ -84,14 +84,19 @@ func newGroup(t *testing.T, n int, ttl, poll time.Duration) *group {
 	return &group{t: t, db: pgtest.New(t), name: "g", shards: shards, ttl: ttl, poll: poll, members: map[string]*runner{}}
 }
 
-// join starts member id with its own pool (application_name id) and store.
+// join starts member id with its own pools (application_name id) and
+// store: one pool for its owners' writes, one for the store, which the
+// writes then never keep busy (see TestTakeoverBusyApplication).
 func (g *group) join(id string) *runner {
 	t := g.t
-	pool := g.db.NewPool(t, func(c *pgxpool.Config) {
-		c.ConnConfig.RuntimeParams["application_name"] = id
-		c.MaxConns = 8
-	})
-	st, err := lease.New(pool, lease.Config{})
+	newPool := func() *pgxpool.Pool {
+		return g.db.NewPool(t, func(c *pgxpool.Config) {
+			c.ConnConfig.RuntimeParams["application_name"] = id
+			c.MaxConns = 8
+		})
+	}
+	pool := newPool()
+	st, err := lease.New(newPool(), lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,10 @@ const (
 	envProcEvery = "SHARD_PROC_EVERY" // the mean pause between an owner's fenced writes
 	envProcHold  = "SHARD_PROC_HOLD"  // how long a write's transaction stays open after its Guard
 	envProcPlant = "SHARD_PROC_PLANT" // a bug to plant (internal/plant.Names): the checker's own test
+	envProcDebug = "SHARD_PROC_DEBUG" // set: the members log at Debug, for the takeover's breakdown
+	// envProcSharedPool set makes the Store share the owners' pool (else
+	// it has a pool of its own).
+	envProcSharedPool = "SHARD_PROC_SHARED_POOL"
 )
 
 // procGroup is the group of the member processes.
@@ -96,8 +100,26 @@ func procChild(dsn string) error {
 		return err
 	}
 	defer pool.Close()
-	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := lease.New(pool, lease.Config{Hostname: id, Logger: logger})
+	// The Store has a pool of its own, so that the group's reads, the
+	// shards' acquisitions and the renewals never queue behind the owners'
+	// writes: with one pool of 8 for both, at load 40–60, the writes kept
+	// every connection busy and a takeover waited seconds for connections
+	// (TestProcChaos's breakdown).
+	spool := pool
+	if os.Getenv(envProcSharedPool) == "" {
+		scfg := pcfg.Copy()
+		scfg.MaxConns = 8
+		if spool, err = pgxpool.NewWithConfig(ctx, scfg); err != nil {
+			return err
+		}
+		defer spool.Close()
+	}
+	level := slog.LevelWarn
+	if os.Getenv(envProcDebug) != "" {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+	store, err := lease.New(spool, lease.Config{Hostname: id, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -108,6 +130,7 @@ func procChild(dsn string) error {
 	}
 	w := &procWriter{pool: pool, id: id, every: d[2], hold: d[3]}
 	w.quietOnSignals()
+	go tracePool(ctx, logger, spool)
 	fmt.Println("READY")
 	err = m.Run(ctx, w.work)
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -208,5 +231,24 @@ func (w *procWriter) write(ctx context.Context, s shard.Shard, late bool) {
 		// here; the checker judges what committed.
 	default:
 		fmt.Println("WERR", kind, s.Name, s.Token, strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+}
+
+// tracePool logs, at Debug, the Store's pool's connections in use and the
+// total time acquisitions waited for one, every 250 ms until ctx ends.
+func tracePool(ctx context.Context, logger *slog.Logger, pool *pgxpool.Pool) {
+	if !logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := pool.Stat()
+		logger.Debug("pool", "acquired", st.AcquiredConns(), "max", st.MaxConns(), "waited_ms", st.EmptyAcquireWaitTime().Milliseconds())
 	}
 }

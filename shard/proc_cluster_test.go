@@ -46,6 +46,7 @@ type procCluster struct {
 	counts  map[string]int         // report and log lines by kind (see procWriter.write)
 	samples map[string]string      // the first log line of each kind
 	errs    []string               // WERR and ERROR lines, unexpected exits
+	trace   []traceLine            // the members' Debug lines
 	next    int
 }
 
@@ -118,7 +119,7 @@ func (c *procCluster) spawn(id string) *procMember {
 	cmd.Env = append(os.Environ(), envProcDSN+"="+c.db.DSN, envProcID+"="+id,
 		fmt.Sprintf("%s=%d", envProcN, c.cfg.shards), envProcTTL+"="+c.cfg.ttl.String(),
 		envProcPoll+"="+c.cfg.poll.String(), envProcEvery+"="+c.cfg.every.String(),
-		envProcHold+"="+c.cfg.hold.String(), envProcPlant+"="+c.cfg.plant)
+		envProcHold+"="+c.cfg.hold.String(), envProcPlant+"="+c.cfg.plant, envProcDebug+"=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +169,12 @@ func (c *procCluster) read(p *procMember, out io.Reader) {
 		case "WERR", "ERROR":
 			c.errs = append(c.errs, p.id+": "+line)
 		default:
+			if tl, ok := parseTrace(p.id, line); ok {
+				c.trace = append(c.trace, tl)
+				if tl.attrs["level"] == "DEBUG" {
+					break
+				}
+			}
 			if m := logMsg.FindStringSubmatch(line); m != nil {
 				key := "log " + m[1] + m[2]
 				if p.paused.Load() {

@@ -12,8 +12,10 @@ import (
 
 // report runs the checker and logs and asserts the run's figures: no
 // violation, no unexpected error, takeovers after SIGKILL within
-// TTL + PollInterval (plus 5 s of scheduling slack on a loaded machine),
-// and every join or leave moving at most
+// TTL + PollInterval plus the time of the others' statements (a read of
+// the member rows, one of the whole group, the acquisitions: up to 4.4 s
+// beyond the poll measured at load 30–60; 5 s allowed), and every join or
+// leave moving at most
 // 1.2 × N/M shards. Balance was asserted at every settle.
 func (r *procRun) report() {
 	t, c := r.c.t, r.c
@@ -63,28 +65,44 @@ func (r *procRun) reportMoves() {
 		t.Logf("moves per %s: n=%d median %.2f × N/M, worst %.2f × N/M (%s: %d of %d shards, M = %d)",
 			kind, len(ms), ms[len(ms)/2].ratio(n), worst.ratio(n), worst.what, worst.moved, n, worst.bigM)
 	}
+	// A member that lost its row gives up its share and takes a share
+	// again: each such member may move up to 2 × N/M more. Such rounds are
+	// held to that, and must stay rare (a row lost is a renewal missed).
+	excused := 0
 	for _, m := range r.moves {
-		if m.ratio(n) > 1.2 {
-			t.Errorf("%s: %d shards moved, %.2f × N/M, more than 1.2 × N/M", m.what, m.moved, m.ratio(n))
+		bound := 1.2 * float64(1+2*len(m.rejoined))
+		if len(m.rejoined) > 0 {
+			excused++
 		}
+		if m.ratio(n) > bound {
+			t.Errorf("%s: %d shards moved, %.2f × N/M, more than %.1f × N/M (%d members rejoined meanwhile)", m.what, m.moved, m.ratio(n), bound, len(m.rejoined))
+		}
+	}
+	t.Logf("moves: %d of %d with another member's row lost and taken again meanwhile (held to 1.2 × (1 + 2 × those members) × N/M)", excused, len(r.moves))
+	if limit := max(1, len(r.moves)/20); excused > limit {
+		t.Errorf("%d of %d moves had members losing their rows meanwhile, more than %d: renewals are missed", excused, len(r.moves), limit)
 	}
 }
 
 // reportTakeovers logs the takeover times and asserts those after
-// SIGKILL.
+// SIGKILL, by the server's clock (see procCluster.breakdown): within
+// TTL + PollInterval plus the time the survivors' statements take, which
+// the run allows 5 s; the members' Stores have pools of their own, which
+// the owners' writes cannot keep busy.
 func (r *procRun) reportTakeovers() {
 	t, cfg := r.c.t, r.c.cfg
 	bound := cfg.ttl + cfg.poll
+	const statements = 5 * time.Second
 	over := 0
 	for _, d := range r.kills {
 		if d > bound {
 			over++
 		}
-		if d > bound+5*time.Second {
-			t.Errorf("a takeover after SIGKILL took %v, beyond TTL + PollInterval = %v (+5 s slack)", d, bound)
+		if d > bound+statements {
+			t.Errorf("a takeover after SIGKILL took %v, beyond TTL + PollInterval = %v + %v for the statements", d, bound, statements)
 		}
 	}
-	t.Logf("takeover after SIGKILL: %s; bound TTL + PollInterval = %v, exceeded by %d", durations(r.kills), bound, over)
+	t.Logf("takeover after SIGKILL (by the server's clock): %s; TTL + PollInterval = %v, exceeded by %d (by the time of the statements)", durations(r.kills), bound, over)
 	t.Logf("takeover after SIGSTOP (until its member row expired and its shards were others', stuck ones aside): %s; %d shards stuck behind open transactions in all",
 		durations(r.stops), r.stuck)
 	t.Logf("takeover after SIGTERM (the member leaves): %s", durations(r.leaves))

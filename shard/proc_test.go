@@ -23,7 +23,10 @@ import (
 // of the live members only, every shard held by one of them, loads within
 // one, no change for two polls — and the test records the shards moved
 // (by the lease rows before and after) against N/M, and the takeover after
-// SIGKILL against the documented bound TTL + PollInterval. At the end the
+// SIGKILL (by the server's clock, with its breakdown) against the
+// documented bound, TTL + PollInterval plus the statements' time. Each
+// member's Store has a pool of its own, apart from its owners' writes
+// (SHARD_PROC_SHARED_POOL=1: one pool for both, as before). At the end the
 // checker proves, from the committed writes alone, that no shard ever had
 // two trusted owners (see procCluster.check).
 //
@@ -32,7 +35,10 @@ import (
 // poll 1 s), and the statements per second of the group at rest.
 // PGLOCKS_PROC_ROUNDS and PGLOCKS_PROC_SEED override the rounds and the
 // seed of the victims' choice. Moves are asserted to stay within
-// 1.2 × N/M.
+// 1.2 × N/M, except in a round where another member lost its member row
+// and joined again (its row's token rose), which the package leaves
+// outside that bound: such a round is held to 1.2 × (1 + 2k) × N/M for k
+// such members, and at most one round in 20 (at least one) may have one.
 func TestProcChaos(t *testing.T) {
 	t.Parallel()
 	cfg := procConfig{shards: 60, members: 3, rounds: 6, ttl: 2 * time.Second, poll: 200 * time.Millisecond, settleWithin: time.Minute}
@@ -99,12 +105,19 @@ type procRun struct {
 	own map[string]string // shard → owner at the last settle
 
 	moves   []procMove
-	spreads []int           // max − min of the loads at each settle
-	kills   []time.Duration // takeover after SIGKILL
-	stops   []time.Duration // takeover after SIGSTOP, stuck shards aside
-	leaves  []time.Duration // takeover after SIGTERM
-	stuck   int             // shards stuck behind a stopped member's open transaction
-	skipped int             // moves not measured: stop rounds with stuck shards
+	subject string           // the member the round acts on
+	rows    map[string]int64 // member row tokens at the last settle
+	// rejoined are the members, other than the subject, whose member row
+	// was taken again since the settle before the last: they lost it
+	// (renewals late on a loaded machine) and joined again, which moves
+	// shards outside the bound a join or leave is held to.
+	rejoined []string
+	spreads  []int           // max − min of the loads at each settle
+	kills    []time.Duration // takeover after SIGKILL, by the server clock (see breakdown)
+	stops    []time.Duration // takeover after SIGSTOP, stuck shards aside
+	leaves   []time.Duration // takeover after SIGTERM
+	stuck    int             // shards stuck behind a stopped member's open transaction
+	skipped  int             // moves not measured: stop rounds with stuck shards
 }
 
 // procMove is the shards moved by one join or leave.
@@ -113,6 +126,9 @@ type procMove struct {
 	join  bool // a join (else a leave)
 	moved int
 	bigM  int // the larger member count, before or after
+	// rejoined are other members that lost their rows and joined again
+	// meanwhile: the move is not held to the bound.
+	rejoined []string
 }
 
 func (m procMove) ratio(n int) float64 { return float64(m.moved) * float64(m.bigM) / float64(n) }
@@ -128,15 +144,27 @@ func (r *procRun) settled(what string) map[string]string {
 	r.c.t.Logf("%s: settled after %v, %d members, loads %d..%d", what, at.Round(time.Millisecond), len(live),
 		slices.Min(mapValues(load)), slices.Max(mapValues(load)))
 	r.own = own
+	rows := r.c.view().rows
+	r.rejoined = nil
+	for _, id := range live {
+		if old, ok := r.rows[id]; ok && rows[id] > old && id != r.subject {
+			r.rejoined = append(r.rejoined, id)
+		}
+	}
+	r.rows = rows
 	return own
 }
 
 // move records the shards moved from before to after.
 func (r *procRun) move(what string, before, after map[string]string, bigM int) {
 	// After a join the group has the larger count, after a leave not.
-	m := procMove{what: what, join: len(r.c.live()) == bigM, moved: movedCount(before, after), bigM: bigM}
+	m := procMove{what: what, join: len(r.c.live()) == bigM, moved: movedCount(before, after), bigM: bigM,
+		rejoined: r.rejoined}
 	r.moves = append(r.moves, m)
 	r.c.t.Logf("%s: %d shards moved, %.2f × N/M (M = %d)", what, m.moved, m.ratio(r.c.cfg.shards), bigM)
+	if len(m.rejoined) > 0 {
+		r.c.t.Logf("%s: %v lost their member rows and joined again meanwhile: not held to the bound", what, m.rejoined)
+	}
 }
 
 // pick returns a live member at random.
@@ -148,18 +176,23 @@ func (r *procRun) pick() string {
 // kill SIGKILLs a member: its rows expire and the others take over.
 func (r *procRun) kill(i int) {
 	m, victim, before := len(r.c.live()), r.pick(), r.own
+	r.subject = victim
 	t0 := time.Now()
 	r.c.signal(victim, syscall.SIGKILL)
-	took := r.c.waitTakeover(victim, before, t0)
-	r.kills = append(r.kills, took)
+	snap := r.c.snapKill(victim, t0)
+	seen := r.c.waitTakeover(victim, before, t0)
 	what := fmt.Sprintf("round %d: SIGKILL %s", i, victim)
-	r.c.t.Logf("%s: its shards taken over after %v (bound TTL + PollInterval = %v)", what, took.Round(time.Millisecond), r.c.cfg.ttl+r.c.cfg.poll)
+	took := r.c.breakdown(what, snap, victim, before, seen)
+	r.kills = append(r.kills, took)
+	r.c.t.Logf("%s: its shards taken over after %v by the server's clock, seen by the test after %v (bound TTL + PollInterval = %v)",
+		what, took.Round(time.Millisecond), seen.Round(time.Millisecond), r.c.cfg.ttl+r.c.cfg.poll)
 	r.move(what, before, r.settled(what), m)
 }
 
 // add starts a new member.
 func (r *procRun) add(i int) {
 	id, before := r.c.newID(), r.own
+	r.subject = id
 	r.c.spawn(id)
 	what := fmt.Sprintf("round %d: join %s", i, id)
 	r.move(what, before, r.settled(what), len(r.c.live()))
@@ -170,6 +203,7 @@ func (r *procRun) add(i int) {
 // it: it finds its leases lost and joins again.
 func (r *procRun) stop(i int) {
 	m, victim, before := len(r.c.live()), r.pick(), r.own
+	r.subject = victim
 	p := r.c.member(victim)
 	p.paused.Store(true)
 	p.stopped.Store(true)
@@ -201,6 +235,7 @@ func (r *procRun) stop(i int) {
 // its identity: a rolling deploy's step.
 func (r *procRun) restart(i int) {
 	m, victim, before := len(r.c.live()), r.pick(), r.own
+	r.subject = victim
 	t0 := time.Now()
 	p := r.c.signal(victim, syscall.SIGTERM)
 	took := r.c.waitTakeover(victim, before, t0)

@@ -18,12 +18,14 @@ type procView struct {
 	owner   map[string]string // shard → the identity holding its row unexpired
 	row     map[string]string // shard → the identity its row names, held or not
 	token   map[string]int64  // shard → its row's token
+	rows    map[string]int64  // identity → its member row's token
 }
 
 // view reads the group's rows. The member processes' stores record their
 // identity as the rows' hostname.
 func (c *procCluster) view() procView {
-	v := procView{members: map[string]bool{}, owner: map[string]string{}, row: map[string]string{}, token: map[string]int64{}}
+	v := procView{members: map[string]bool{}, owner: map[string]string{}, row: map[string]string{}, token: map[string]int64{},
+		rows: map[string]int64{}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rows, err := c.admin.Query(ctx, `select name, coalesce(hostname, ''), token,
@@ -41,6 +43,7 @@ func (c *procCluster) view() procView {
 		}
 		if m, ok := strings.CutPrefix(name, procGroup+"#m:"); ok {
 			v.members[m] = v.members[m] || held
+			v.rows[m] = token
 		} else if s, ok := strings.CutPrefix(name, procGroup+"#s:"); ok {
 			v.row[s], v.token[s] = id, token
 			if held {

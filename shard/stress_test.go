@@ -17,7 +17,9 @@ import (
 // closed under it, its rows left to expire) or leaves, and a new one
 // joins; after each settle every shard has one owner, loads differ by at
 // most one, the shards moved are those the assignment moves, a crashed
-// member's shards are taken over within TTL + PollInterval (plus slack),
+// member's shards are taken over within TTL + PollInterval (plus slack
+// for the statements and the settle, measured from the crash to the
+// settle; each member's Store has a pool apart from its owners' writes),
 // and no fenced write of a superseded owner commits. By default 200 shards
 // over 4 members for 4 rounds (TTL 2 s, poll 200 ms); PGLOCKS_STRESS=1:
 // 1,000 shards over 10 members for 20 rounds (TTL 10 s, poll 1 s), and the

@@ -77,7 +77,9 @@ func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 			return
 		}
 	}
+	readAt := time.Now()
 	v, err := m.readView(ctx, row, m.cfg.Group+"#")
+	readFor := time.Since(readAt)
 	if err != nil {
 		m.readFailed(ctx, err)
 		return
@@ -108,6 +110,8 @@ func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 		}
 	}
 	o.set(want)
+	m.cfg.Logger.Debug("shard: read the group", "group", m.cfg.Group, "member", m.cfg.Identity,
+		"members", len(members), "read", readFor, "plan", time.Since(readAt)-readFor, "want", len(want), "settled", settled)
 	m.mu.Lock()
 	m.wanted = wanted
 	m.mu.Unlock()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -30,8 +31,8 @@ type shardGroup struct {
 	// row is free (released, broken or expired).
 	Held int `json:"held"`
 	Free int `json:"free"`
-	// Unattributed counts the held shards whose process runs no live
-	// member, or several (see shardRow.Member).
+	// Unattributed counts the held shards that name no live member (see
+	// shardRow.Member).
 	Unattributed int `json:"unattributed"`
 	// Shards are every shard with a row, by name. A shard never owned has
 	// none and is not listed.
@@ -48,25 +49,39 @@ type shardMember struct {
 	ExpiresIn time.Duration `json:"expires_in_ns"`
 	Host      string        `json:"hostname,omitempty"`
 	PID       int           `json:"pid,omitempty"`
-	// Shards counts the shards it holds; null when its process runs other
-	// live members of the group too (their shards cannot be told apart).
+	// Shards counts the shards it holds; null when some held shard may be
+	// its but names no member (see shardRow.Member).
 	Shards *int `json:"shards"`
+
+	token int64 // its member row's token
 }
 
 // shardRow is one shard of a group.
 type shardRow struct {
 	Shard string `json:"shard"`
 	Held  bool   `json:"held"`
-	// Member is the identity of the live member that holds it: the only
-	// live member of the group whose row was written by the same process
-	// (host and pid) as the shard's lease. Empty when no live member, or
-	// several, run in that process; Owner then says who holds it.
+	// Member is the identity of the live member that holds it: the one
+	// the lease's metadata names, with the token of that member's current
+	// row. A lease without that metadata (written by an older pglocks)
+	// goes to the only live member of the group whose row was written by
+	// the same process (host and pid). Empty when no live member can be
+	// named; Owner then says who holds it.
 	Member    string        `json:"member,omitempty"`
 	Owner     string        `json:"owner,omitempty"`
 	Token     int64         `json:"token"`
 	ExpiresIn time.Duration `json:"expires_in_ns"`
 	Host      string        `json:"hostname,omitempty"`
 	PID       int           `json:"pid,omitempty"`
+
+	meta    shardHolder // the lease's metadata, if it has a member's
+	foreign bool        // metadata of another shape: it names no member
+}
+
+// shardHolder is the metadata package shard writes on a shard's lease: the
+// identity of the member holding it and its member row's token.
+type shardHolder struct {
+	Member string `json:"member"`
+	Row    int64  `json:"row"`
 }
 
 // shardRows are the groups' rows read from the lease table: every member
@@ -150,12 +165,16 @@ func (sr *shardRows) addShards(infos []lease.Info, name string) []lease.Info {
 		grp := sr.groups[g]
 		if kind == 'm' {
 			grp.Members = append(grp.Members, shardMember{Identity: id, JoinedAt: in.AcquiredAt,
-				LastSeen: in.RenewedAt, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID})
+				LastSeen: in.RenewedAt, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID, token: in.Token})
 			continue
 		}
 		delete(sr.tokens, in.Name)
-		grp.Shards = append(grp.Shards, shardRow{Shard: id, Held: true, Owner: in.Owner.String(),
-			Token: in.Token, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID})
+		row := shardRow{Shard: id, Held: true, Owner: in.Owner.String(),
+			Token: in.Token, ExpiresIn: in.TimeLeft, Host: in.Hostname, PID: in.PID}
+		if len(in.Metadata) > 0 && json.Unmarshal(in.Metadata, &row.meta) != nil {
+			row.meta, row.foreign = shardHolder{}, true // as package shard reads it: no member's
+		}
+		grp.Shards = append(grp.Shards, row)
 	}
 	for row, token := range sr.tokens {
 		g, _, id, _ := groupRow(row)
@@ -181,18 +200,23 @@ func (sr *shardRows) list(name string) []shardGroup {
 }
 
 // attribute counts the group's held and free shards and gives each held
-// one to the live member that runs in its process, if exactly one does.
+// one to the live member its metadata names (that member's current row),
+// or else to the live member that runs in its process, if exactly one
+// does.
 func (g *shardGroup) attribute() {
 	type proc struct {
 		host string
 		pid  int
 	}
 	byProc := map[proc][]int{} // process → indexes of its members
+	byRow := map[shardHolder]int{}
 	for i, m := range g.Members {
 		p := proc{m.Host, m.PID}
 		byProc[p] = append(byProc[p], i)
+		byRow[shardHolder{m.Identity, m.token}] = i
 	}
 	counts := make([]int, len(g.Members))
+	unknown := map[proc]bool{} // processes with a held shard no member is named for
 	for i := range g.Shards {
 		s := &g.Shards[i]
 		if !s.Held {
@@ -200,15 +224,21 @@ func (g *shardGroup) attribute() {
 			continue
 		}
 		g.Held++
-		if ms := byProc[proc{s.Host, s.PID}]; len(ms) == 1 {
+		if m, ok := byRow[s.meta]; ok {
+			s.Member = g.Members[m].Identity
+			counts[m]++
+		} else if ms := byProc[proc{s.Host, s.PID}]; s.meta.Member == "" && !s.foreign && len(ms) == 1 {
 			s.Member = g.Members[ms[0]].Identity
 			counts[ms[0]]++
 		} else {
 			g.Unattributed++
+			// A lease naming a member's earlier row is no live member's;
+			// one naming none may be any of its process's members'.
+			unknown[proc{s.Host, s.PID}] = unknown[proc{s.Host, s.PID}] || s.meta.Member == ""
 		}
 	}
 	for i := range g.Members {
-		if len(byProc[proc{g.Members[i].Host, g.Members[i].PID}]) == 1 {
+		if !unknown[proc{g.Members[i].Host, g.Members[i].PID}] {
 			g.Members[i].Shards = &counts[i]
 		}
 	}
@@ -240,7 +270,7 @@ func printShards(tw *tabwriter.Writer, groups []shardGroup, all bool) {
 				m.LastSeen.Format(time.RFC3339Nano), m.ExpiresIn.Round(time.Millisecond), m.Host, m.PID)
 		}
 		if g.Unattributed > 0 {
-			fmt.Fprintf(tw, "    %d held shards run in a process with no live member of the group, or several: OWNER tells them apart\n", g.Unattributed)
+			fmt.Fprintf(tw, "    %d held shards name no live member of the group (its member row lost or left, or a lease without a member's metadata in a process with several members): OWNER tells them apart\n", g.Unattributed)
 		}
 		if all {
 			printShardList(tw, g)

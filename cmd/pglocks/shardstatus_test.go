@@ -134,13 +134,19 @@ func TestStatusShards(t *testing.T) {
 	shared := shardStore(t, c.dsn, 900100)
 	shardMember(t, shared, "pair", "p1", []string{"a", "b", "c", "d"})
 	shardMember(t, shared, "pair", "p2", []string{"a", "b", "c", "d"})
+	// A shard lease of that process without a member's metadata, as an
+	// older pglocks wrote them: it may be either member's.
+	odd, err := shared.Acquire(context.Background(), "pair#s:e", 3*time.Second, lease.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	st := c.waitShards("3 members of orders with 10 shards each, and pair's 4 shards held", func(st shardStatus) bool {
+	st := c.waitShards("3 members of orders with 10 shards each, and pair's 5 shards held", func(st shardStatus) bool {
 		if len(st.Shards) != 2 || st.Shards[0].Group != "orders" || st.Shards[1].Group != "pair" {
 			return false
 		}
 		o, p := st.Shards[0], st.Shards[1]
-		if o.Held != 30 || len(o.Members) != 3 || p.Held != 4 || len(p.Members) != 2 {
+		if o.Held != 30 || len(o.Members) != 3 || p.Held != 5 || len(p.Members) != 2 || p.Unattributed != 1 {
 			return false
 		}
 		for _, m := range o.Members {
@@ -152,6 +158,18 @@ func TestStatusShards(t *testing.T) {
 	})
 	checkShardJSON(t, st)
 	checkShardText(t, c)
+	// Without the lease of no metadata, both members' counts are known.
+	if err := odd.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.waitShards("pair's two members with 2 shards each", func(st shardStatus) bool {
+		if len(st.Shards) != 2 {
+			return false
+		}
+		p := st.Shards[1]
+		return p.Held == 4 && p.Unattributed == 0 && p.Members[0].Shards != nil && *p.Members[0].Shards == 2 &&
+			p.Members[1].Shards != nil && *p.Members[1].Shards == 2
+	})
 
 	// A member leaves: the others take its shards. All leave: every shard
 	// is listed free.
@@ -176,7 +194,8 @@ func TestStatusShards(t *testing.T) {
 }
 
 // checkShardJSON checks status --json while orders' 3 members hold 10
-// shards each and pair's 2 members, in one process, hold 4.
+// shards each and pair's 2 members, in one process, hold 4, beside a
+// lease of that process without a member's metadata.
 func checkShardJSON(t *testing.T, st shardStatus) {
 	t.Helper()
 	o, p := st.Shards[0], st.Shards[1]
@@ -195,9 +214,18 @@ func checkShardJSON(t *testing.T, st shardStatus) {
 	if len(o.Shards) != 30 || owners["m1"] != 10 || owners["m2"] != 10 || owners["m3"] != 10 {
 		t.Errorf("orders: %d shards, owners %v; want 30, 10 each of m1, m2, m3", len(o.Shards), owners)
 	}
-	// Two members in one process: whose shard is which cannot be told.
-	if p.Unattributed != 4 || p.Members[0].Shards != nil || p.Shards[0].Member != "" || p.Shards[0].Owner == "" {
-		t.Errorf("pair: %+v", p)
+	// Two members in one process: each shard's metadata names its member;
+	// the lease without it (e) is nobody's, and neither member's count
+	// can be told.
+	pairs := map[string]int{}
+	for _, s := range p.Shards {
+		pairs[s.Member]++
+		if s.Shard == "e" && (s.Member != "" || s.Owner == "") {
+			t.Errorf("pair's lease without metadata: %+v", s)
+		}
+	}
+	if p.Unattributed != 1 || pairs["p1"] != 2 || pairs["p2"] != 2 || p.Members[0].Shards != nil || p.Members[1].Shards != nil {
+		t.Errorf("pair: %+v (shards per member %v)", p, pairs)
 	}
 	for _, l := range st.Leases {
 		if strings.Contains(l.Name, "#m:") || strings.Contains(l.Name, "#s:") {
@@ -213,7 +241,7 @@ func checkShardText(t *testing.T, c cli) {
 	out, _, _ := c.run("status")
 	t.Logf("status:\n%s", out)
 	for _, want := range []string{"SHARDS\n", "  group orders: 3 live members; 30 shards held, 0 free\n",
-		"    MEMBER  SHARDS  JOINED", "  group pair: 2 live members; 4 shards held, 0 free\n", "OWNER tells them apart"} {
+		"    MEMBER  SHARDS  JOINED", "  group pair: 2 live members; 5 shards held, 0 free\n", "OWNER tells them apart"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q", want)
 		}

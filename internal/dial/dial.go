@@ -53,6 +53,13 @@ type Options struct {
 	// (older servers have no such setting: nothing is sent). See
 	// [Heartbeat] for a connection that waits for notifications.
 	IdleSessionTimeout time.Duration
+	// Pin, if a TCP address, sends a connection of a multi-host config to
+	// that address only: the hosts that resolve to its IP are dialled at
+	// its port, the others skipped (a host that does not answer is not
+	// waited for). A config with one host, or none resolving to its IP (a
+	// DialFunc that goes elsewhere), is dialled as it is. For a second
+	// connection that must reach the server a first one reached.
+	Pin net.Addr
 }
 
 // Conn is a dedicated connection and the process id of the server backend
@@ -88,6 +95,9 @@ func Dedicated(ctx context.Context, pool *pgxpool.Config, o Options) (Conn, erro
 		cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 			return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
 		}
+	}
+	if pin, ok := o.Pin.(*net.TCPAddr); ok {
+		pinTo(ctx, cfg, pin)
 	}
 	if o.Keepalive.Enable {
 		dial, ka := cfg.DialFunc, o.Keepalive
@@ -204,9 +214,51 @@ func run(ctx context.Context, pc *pgconn.PgConn, sql func() string) ([]*pgconn.R
 	return res, err
 }
 
+// Exec runs sql on pc as the settings are run: a statement_timeout that
+// cancels its first statement (nothing took effect) is met by running it
+// again, up to settleTries times in all.
+func Exec(ctx context.Context, pc *pgconn.PgConn, sql string) error {
+	_, err := run(ctx, pc, func() string { return sql })
+	return err
+}
+
 // cancelledByTimeout reports whether err is the server's query_canceled
 // while ctx is live: a statement_timeout, not the caller.
 func cancelledByTimeout(ctx context.Context, err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "57014" && ctx.Err() == nil
+}
+
+// pinTo makes cfg, a multi-host config, dial pin only: of its TCP hosts,
+// those that resolve to pin's IP, each at pin's port. A single host, or a
+// config none of whose hosts resolves to pin's IP (a DialFunc that goes
+// elsewhere, a connector's tunnel), is left as it is.
+func pinTo(ctx context.Context, cfg *pgx.ConnConfig, pin *net.TCPAddr) {
+	hosts := append([]*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port, TLSConfig: cfg.TLSConfig}}, cfg.Fallbacks...)
+	distinct := map[string]bool{}
+	for _, fb := range hosts {
+		distinct[net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port)))] = true
+	}
+	if cfg.LookupFunc == nil || len(distinct) < 2 {
+		return
+	}
+	var kept []*pgconn.FallbackConfig
+	for _, fb := range hosts {
+		if strings.HasPrefix(fb.Host, "/") {
+			continue
+		}
+		ips, err := cfg.LookupFunc(ctx, fb.Host)
+		if err != nil {
+			continue
+		}
+		for _, ip := range ips {
+			if a := net.ParseIP(ip); a != nil && a.Equal(pin.IP) {
+				kept = append(kept, &pgconn.FallbackConfig{Host: ip, Port: uint16(pin.Port), TLSConfig: fb.TLSConfig})
+				break
+			}
+		}
+	}
+	if len(kept) > 0 {
+		cfg.Host, cfg.Port, cfg.TLSConfig, cfg.Fallbacks = kept[0].Host, kept[0].Port, kept[0].TLSConfig, kept[1:]
+	}
 }

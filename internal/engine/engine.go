@@ -21,11 +21,15 @@
 //
 // It runs on a connection the caller already has and one more short-lived
 // connection of its own (the second session a lock must exclude), on
-// random keys that no other client uses, under the role's
-// statement_timeout (a probe statement it cancels is an error, no
-// verdict). Both connections must reach the same server and database, a
-// primary, on two server backends (see [Server]): a second connection
-// that lands elsewhere — another server after a DNS or load-balancer flip,
+// random keys that no other client uses. Where the sessions are its own
+// (sessions true) it runs them with statement_timeout 0 and
+// idle_session_timeout a minute, reset to the role's defaults after, so
+// that a role's short timeouts cannot make it no verdict; ctx bounds it.
+// Otherwise its statements run under the role's statement_timeout (one it
+// cancels is an error, no verdict). Both connections must reach the same
+// server and database, a primary, on two server backends (see
+// [Server]): a second connection that lands elsewhere — another server
+// after a DNS or load-balancer flip,
 // a standby, another database, or the same backend through a pooler —
 // proves nothing, and is an error, never a [Failure].
 //
@@ -38,6 +42,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -113,10 +118,16 @@ func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn, sessions 
 	r := Report{SessionSkipped: !sessions}
 	srv, err := identify(ctx, a, sessions)
 	r.Server = srv.Server
+	if err == nil && sessions {
+		var restore func()
+		if restore, err = holdSettings(ctx, a); err == nil {
+			defer restore()
+		}
+	}
 	var b *pgconn.PgConn
 	if err == nil {
 		var done func()
-		b, done, err = pairWith(ctx, pool, srv, sessions)
+		b, done, err = pairWith(ctx, pool, srv, a.Conn().RemoteAddr(), sessions)
 		if err == nil {
 			defer done()
 		}
@@ -145,7 +156,12 @@ func SessionOnly(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Se
 	if err != nil {
 		return Server{}, nil, err
 	}
-	b, done, err := pairWith(ctx, pool, srv, true)
+	restore, err := holdSettings(ctx, a)
+	if err != nil {
+		return srv.Server, nil, err
+	}
+	defer restore()
+	b, done, err := pairWith(ctx, pool, srv, a.Conn().RemoteAddr(), true)
 	if err != nil {
 		return srv.Server, nil, err
 	}
@@ -154,17 +170,20 @@ func SessionOnly(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Se
 	return srv.Server, f, err
 }
 
-// pairWith opens the probe's second connection and checks that it reached
-// the server of a (whose identity is first): see [sameServer]. done closes
-// it.
-func pairWith(ctx context.Context, pool *pgxpool.Config, first identity, sessions bool) (*pgconn.PgConn, func(), error) {
-	opts := dial.Options{ApplicationName: "pglocks engine probe"}
+// pairWith opens the probe's second connection, to at, the address the
+// first one reached (not the DSN's host list again: a host listed before
+// it that does not answer would cost the dial its time), and checks that
+// it reached the server of a (whose identity is first): see [sameServer].
+// done closes it.
+func pairWith(ctx context.Context, pool *pgxpool.Config, first identity, at net.Addr, sessions bool) (*pgconn.PgConn, func(), error) {
+	opts := dial.Options{ApplicationName: "pglocks engine probe", Pin: at}
 	if sessions {
-		// The role's idle_session_timeout (100 ms, say) must not end the
-		// probe's own session while the machine is slow between two probe
-		// statements: that would be no verdict, and refuse the Locker. Only
-		// where the session is the probe's own (never a pooled one).
-		opts.IdleSessionTimeout = probeIdleTimeout
+		// The role's statement_timeout and idle_session_timeout (1 ms,
+		// 100 ms, say) must not cancel a probe statement or end the
+		// probe's own session while the machine is slow: that would be no
+		// verdict, and refuse the Locker. Only where the session is the
+		// probe's own (never a pooled one); the dial's ctx bounds it.
+		opts.Settings = probeSettings
 	}
 	second, err := dial.Dedicated(ctx, pool, opts)
 	if err != nil {
@@ -187,8 +206,8 @@ func pairWith(ctx context.Context, pool *pgxpool.Config, first identity, session
 	return b, done, nil
 }
 
-// probeIdleTimeout is the idle_session_timeout of the probe's second
-// connection, which lives for one probe.
+// probeIdleTimeout is the idle_session_timeout of the probe's sessions
+// while a probe runs (see probeSettings).
 const probeIdleTimeout = time.Minute
 
 // cleanupTimeout bounds a statement or close that cleans up after the
@@ -265,4 +284,34 @@ func parseBool(sql string, v []byte) (bool, error) {
 	default:
 		return false, fmt.Errorf("engine probe: %s: %q is no boolean", sql, v)
 	}
+}
+
+// holdSettings sets, on a, the session being probed (its own, never a pooled
+// one), statement_timeout to 0 and idle_session_timeout to
+// probeIdleTimeout while the probe dials its second connection and goes
+// back and forth between the two: the role's own settings (1 ms, 100 ms,
+// say) must not cancel a probe statement or end a meanwhile, which would
+// be no verdict; the dial's ctx bounds the probe. restore resets both to
+// the role's and database's defaults, which the session then keeps.
+func holdSettings(ctx context.Context, a *pgconn.PgConn) (restore func(), err error) {
+	q := probeSettings(a)
+	if err := dial.Exec(ctx, a, q); err != nil {
+		return nil, fmt.Errorf("engine probe: %s: %w", q, err)
+	}
+	return func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = dial.Exec(cctx, a, "reset statement_timeout; reset idle_session_timeout")
+	}, nil
+}
+
+// probeSettings is the SQL that sets a probe session's statement_timeout
+// to 0 and, where the server has it, its idle_session_timeout to
+// probeIdleTimeout.
+func probeSettings(pc *pgconn.PgConn) string {
+	q := "set statement_timeout = 0"
+	if idle := dial.IdleSessionTimeout(pc, probeIdleTimeout); idle != "" {
+		q += "; " + idle
+	}
+	return q
 }

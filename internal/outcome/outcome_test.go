@@ -171,9 +171,10 @@ func TestOfRealErrors(t *testing.T) {
 			return err
 		}},
 		{"ContextCancelledMidStatement", outcome.Unknown, "", func(e env) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			conn := e.admin() // connected before the ctx starts: its end must find the statement sent
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			_, err := e.admin().Exec(ctx, "select pg_sleep(5)")
+			_, err := conn.Exec(ctx, "select pg_sleep(5)")
 			return err
 		}},
 		{"MarkedFatal", outcome.Fatal, "", func(env) error { return fmt.Errorf("op: %w", outcome.MarkFatal(errors.New("closed"))) }},

@@ -112,7 +112,10 @@ func Probe(ctx context.Context, pool *pgxpool.Config, first dial.Conn) (Mode, er
 	if err := setMark(ctx, first, mark); err != nil {
 		return 0, err
 	}
-	second, err := dial.Dedicated(ctx, pool, dial.Options{ApplicationName: "pglocks pooler probe"})
+	// To the pooler first reached, not the DSN's host list again: a
+	// silent host listed before it (a partitioned node) would cost the
+	// dial its time.
+	second, err := dial.Dedicated(ctx, pool, dial.Options{ApplicationName: "pglocks pooler probe", Pin: first.PgConn().Conn().RemoteAddr()})
 	if err != nil {
 		return 0, fmt.Errorf("pooler probe: second connection: %w", err)
 	}
