@@ -141,7 +141,7 @@ func TestStatusShards(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st := c.waitShards("3 members of orders with 10 shards each, and pair's 5 shards held", func(st shardStatus) bool {
+	st := c.waitShards("3 members of orders with 10 shards each, and pair's 5 shards held, 2 by each member", func(st shardStatus) bool {
 		if len(st.Shards) != 2 || st.Shards[0].Group != "orders" || st.Shards[1].Group != "pair" {
 			return false
 		}
@@ -154,7 +154,12 @@ func TestStatusShards(t *testing.T) {
 				return false
 			}
 		}
-		return true
+		// p2 joins after p1 took all four: wait for p1 to hand it two.
+		pairs := map[string]int{}
+		for _, s := range p.Shards {
+			pairs[s.Member]++
+		}
+		return pairs["p1"] == 2 && pairs["p2"] == 2
 	})
 	checkShardJSON(t, st)
 	checkShardText(t, c)
