@@ -240,7 +240,7 @@ func (e *Elector) keep(ls *lease.Lease, lk *advisory.Lock, err error) (*lease.Le
 	if err != nil || lk.Err() == nil {
 		return ls, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
+	ctx, cancel := e.stmt(context.Background())
 	defer cancel()
 	_ = ls.Release(ctx)
 	return nil, fmt.Errorf("leader: campaign %q: advisory lock lost while taking the lease: %w", e.cfg.Name, lk.Err())
@@ -266,7 +266,7 @@ func (e *Elector) unlock(lk *advisory.Lock) {
 	if lk == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
+	ctx, cancel := e.stmt(context.Background())
 	defer cancel()
 	if err := lk.Unlock(ctx); err != nil && !errors.Is(err, advisory.ErrNotHeld) {
 		e.cfg.Logger.Warn("leader: unlock", "election", e.cfg.Name, "err", err)

@@ -264,7 +264,7 @@ func (e *Elector) leaveCandidacy() {
 		e.lostCandidacy(c, "", false)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
+	ctx, cancel := e.stmt(context.Background())
 	defer cancel()
 	err := c.Release(ctx)
 	if err == nil {

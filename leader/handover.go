@@ -130,7 +130,7 @@ func (e *Elector) reserve(t *tenure, reason error) {
 	if t.lease.Err() != nil || !time.Now().Before(t.term.TrustedUntil()) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
+	ctx, cancel := e.stmt(context.Background())
 	defer cancel()
 	if to == "" {
 		var err error

@@ -215,7 +215,7 @@ func (t *tenure) lockErr() error {
 // longer trusted unlocks first: its release may be what is failing, and a
 // candidate should not have to terminate a shared session to get past it.
 func (e *Elector) stepDown(t *tenure) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryInterval+5*time.Second)
+	ctx, cancel := e.stmt(context.Background())
 	defer cancel()
 	trusted := t.lease.Err() == nil && time.Now().Before(t.term.TrustedUntil())
 	if !trusted {

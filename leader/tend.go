@@ -86,8 +86,15 @@ func (e *Elector) bounded(ctx context.Context, f func(context.Context) error) er
 // the kernel to give up, some 15 minutes — a campaign holding the
 // advisory lock meanwhile, so that no candidate could lead.
 func (e *Elector) stmt(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, e.cfg.RetryInterval+5*time.Second)
+	return context.WithTimeout(ctx, e.stmtBound())
 }
+
+// stmtSlack is what one database call of the elector may take beyond
+// RetryInterval (see stmt).
+const stmtSlack = 5 * time.Second
+
+// stmtBound is stmt's bound: RetryInterval + stmtSlack.
+func (e *Elector) stmtBound() time.Duration { return e.cfg.RetryInterval + stmtSlack }
 
 // readTerm reads the election's lease row, bounded (see stmt).
 func (e *Elector) readTerm(ctx context.Context) (lease.Info, error) {
@@ -101,7 +108,7 @@ func (e *Elector) readTerm(ctx context.Context) (lease.Info, error) {
 // waits for a lagging synchronous standby should be slow, not cut short
 // (an unknown outcome, a failed campaign) time after time.
 func (e *Elector) termBound() time.Duration {
-	return max(e.cfg.TTL, e.cfg.RetryInterval+5*time.Second)
+	return max(e.cfg.TTL, e.stmtBound())
 }
 
 // dropCandidacy forgets the candidate lease c, which has ended, unless

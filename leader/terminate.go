@@ -152,12 +152,12 @@ func (e *Elector) heldByOther(stale Leader, holder int32, attrs []any) {
 // hold the election's lock before heldByOther reports it: more than a
 // candidate that took the lock needs to outwait the term (the longer of
 // the two Graces) and to take, read and break the lease (each call bounded
-// by the longer of the two TTLs: see termBound), with two RetryIntervals
-// to spare.
+// by termBound, or by the stale term's TTL + stmtSlack if longer: the
+// taker may run with that TTL), with two RetryIntervals to spare.
 func (e *Elector) stuckFor(stale Leader) time.Duration {
 	g, _ := stale.meta.horizon()
 	ttl, _ := time.ParseDuration(stale.meta.TTL)
-	return max(e.cfg.Grace, g) + 3*max(e.termBound(), ttl+5*time.Second) + 2*e.cfg.RetryInterval
+	return max(e.cfg.Grace, g) + 3*max(e.termBound(), ttl+stmtSlack) + 2*e.cfg.RetryInterval
 }
 
 // breakTerm breaks the lease of the term held, and reports whether the row
