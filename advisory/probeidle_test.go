@@ -14,14 +14,17 @@ import (
 )
 
 // TestProbeSurvivesRoleIdleTimeout: a role whose idle_session_timeout is
-// 100 ms, and connections that take 300 ms to open after the first (a slow
+// 1 s, and connections that take 3 s to open after the first (a slow
 // network, TLS): the engine probe's first session idles while the probe
 // opens its second connection, and must not be ended by the role's
 // setting meanwhile (which was no verdict: the Locker refused to lock).
+// The timeout is not shorter so that a loaded machine's stall between the
+// first session's own statements, before it turns the timeout off, is not
+// taken for the idle wait under test.
 func TestProbeSurvivesRoleIdleTimeout(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	role := createRole(t, db, "idle_session_timeout = '100ms'")
+	role := createRole(t, db, "idle_session_timeout = '1s'")
 	var opened atomic.Int32
 	pool := lazyPool(t, withUser(t, db.DSN, role, "right"), func(c *pgxpool.Config) {
 		c.BeforeConnect = func(ctx context.Context, _ *pgx.ConnConfig) error {
@@ -29,7 +32,7 @@ func TestProbeSurvivesRoleIdleTimeout(t *testing.T) {
 				return nil
 			}
 			select { // a slow connect, not a synchronization
-			case <-time.After(300 * time.Millisecond):
+			case <-time.After(3 * time.Second):
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()

@@ -150,10 +150,10 @@ func TestAcquireClosedPool(t *testing.T) {
 	b := setup(t)
 	pool := b.db.NewPool(t)
 	s := newStore(t, pool, lease.Config{})
-	// Held long enough for the waiter to park behind it on a loaded
-	// machine (500 ms ran out first at load 10), short enough that its
-	// expiry makes the waiter try again, on the closed pool, soon.
-	mustTry(t, b.store, "busy", 2*time.Second)
+	// Held until the pool has closed (a TTL that could run out first
+	// failed at load 10); its release then wakes the waiter, which tries
+	// again, on the closed pool.
+	busy := mustTry(t, b.store, "busy", time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -163,15 +163,18 @@ func TestAcquireClosedPool(t *testing.T) {
 	}()
 	waitParked(t, s)
 	pool.Close()
+	if err := busy.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire on a closed pool: %v, want closed pool", err)
 		}
-		t.Logf("returned %v after the pool closed: %v", time.Since(start), err)
+		t.Logf("returned %v after the release: %v", time.Since(start), err)
 	case <-time.After(5 * time.Second):
-		t.Fatal("Acquire on a closed pool still retrying after 5s")
+		t.Fatal("Acquire on a closed pool still waiting or retrying 5s after the release")
 	}
 }
 

@@ -38,7 +38,7 @@ import (
 // 1.2 × N/M, except in a round where another member lost its member row
 // and joined again (its row's token rose), which the package leaves
 // outside that bound: such a round is held to 1.2 × (1 + 2k) × N/M for k
-// such members, and at most one round in 20 (at least one) may have one.
+// such members, and at most one round in 20 (at least one) may go past 1.2 × N/M that way.
 func TestProcChaos(t *testing.T) {
 	t.Parallel()
 	cfg := procConfig{shards: 60, members: 3, rounds: 6, ttl: 2 * time.Second, poll: 200 * time.Millisecond, settleWithin: time.Minute}

@@ -46,16 +46,25 @@ func TestRestartLateRenewal(t *testing.T) {
 	g := newGroup(t, 2, ttl, poll)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The old row lives 5 s: the restarted member's read, its log line and
+	// the late renewal must all come before it expires (a row of 3 s,
+	// waited on until under 1 s was left, left too little on a loaded
+	// machine).
+	const rowTTL = 5 * time.Second
 	old := newCalcStore(t, g)
-	row, err := old.Acquire(ctx, g.name+"#m:a", ttl)
+	row, err := old.Acquire(ctx, g.name+"#m:a", rowTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = old.Close(ctx)
 	pool := g.db.NewPool(t)
-	// The restarted member should read little time left (under a second),
-	// so that the late renewal extends the row well past its first wait.
-	waitFor(t, 30*time.Second, "the old row near its expiry", func() bool { return time.Until(row.ExpiresAt()) < time.Second })
+	if err := pool.Ping(ctx); err != nil { // its connection open before the race
+		t.Fatal(err)
+	}
+	// The restarted member should read less than half the row's TTL left,
+	// so that the late renewal (a full TTL) extends the row well past its
+	// first wait.
+	waitFor(t, 30*time.Second, "the old row past half its TTL", func() bool { return time.Until(row.ExpiresAt()) < rowTTL/2 })
 
 	notice := heldNotice{Handler: slog.New(slog.DiscardHandler).Handler(), seen: make(chan struct{}, 1)}
 	m, err := shard.New(shard.Config{Group: g.name, Shards: g.shards, Store: newCalcStore(t, g), Identity: "a",
