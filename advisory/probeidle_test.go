@@ -14,7 +14,7 @@ import (
 )
 
 // TestProbeSurvivesRoleIdleTimeout: a role whose idle_session_timeout is
-// 1 s, and connections that take 3 s to open after the first (a slow
+// 1 s, and connections that take 2 s to open after the first (a slow
 // network, TLS): the engine probe's first session idles while the probe
 // opens its second connection, and must not be ended by the role's
 // setting meanwhile (which was no verdict: the Locker refused to lock).
@@ -32,7 +32,7 @@ func TestProbeSurvivesRoleIdleTimeout(t *testing.T) {
 				return nil
 			}
 			select { // a slow connect, not a synchronization
-			case <-time.After(3 * time.Second):
+			case <-time.After(2 * time.Second):
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()

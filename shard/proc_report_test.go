@@ -67,11 +67,12 @@ func (r *procRun) reportMoves() {
 	}
 	// A member that lost its row gives up its share and takes a share
 	// again: each such member may move up to 2 × N/M more. Such rounds are
-	// held to that, and must stay rare (a row lost is a renewal missed).
+	// held to that, and those that needed it must stay rare (a row lost is
+	// a renewal missed).
 	excused := 0
 	for _, m := range r.moves {
 		bound := 1.2 * float64(1+2*len(m.rejoined))
-		if m.ratio(n) > 1.2 {
+		if len(m.rejoined) > 0 && m.ratio(n) > 1.2 {
 			excused++ // only the rejoins let it past 1.2 × N/M
 		}
 		if m.ratio(n) > bound {
