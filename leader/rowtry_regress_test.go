@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks/advisory"
 	"github.com/pglocks/pglocks/internal/logtest"
 	"github.com/pglocks/pglocks/leader"
@@ -32,10 +33,24 @@ func TestCampaignEndKeepsRowTry(t *testing.T) {
 	waitEvent(t, elected, "the holder's election")
 
 	p, slowDSN := db.Proxy(t)
-	p.SetLatency(oneWay)
 	rec, logger := logtest.New()
 	direct := newReplicaWith(t, db.DSN, advisory.Config{Logger: logger}, lease.Config{})
 	slow := newReplicaWith(t, slowDSN, advisory.Config{}, lease.Config{Logger: logger})
+	// The slow pool's connections are opened before the delay: a dial
+	// through it (startup, auth, then the statement) would take some 4 s of
+	// a statement's 5 s bound when the row try holds the first connection.
+	var conns []*pgxpool.Conn
+	for range 3 {
+		c, err := slow.pool.Acquire(ctxT(t, 30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	p.SetLatency(oneWay)
 	r := replica{pool: direct.pool, locker: direct.locker, store: slow.store}
 	a := startCandidateTo(t, r, name, "a", func(c *leader.Config) {
 		c.Logger, c.RetryInterval, c.TTL = logger, 50*time.Millisecond, 20*time.Second

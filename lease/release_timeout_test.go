@@ -72,7 +72,7 @@ func TestKeepAliveReportsRenew(t *testing.T) {
 	b := setup(t)
 	var n atomic.Int64
 	s := newStore(t, b.pool, lease.Config{Observer: &pglocks.Observer{Renew: func(pglocks.RenewEvent) { n.Add(1) }}})
-	l := mustTry(t, s, "reported", 600*time.Millisecond, lease.WithKeepAlive())
+	l := mustTry(t, s, "reported", 3*time.Second, lease.WithKeepAlive()) // renewed every second
 	exp := l.ExpiresAt()
 	poll(t, 30*time.Second, "a keep-alive renewal", func() bool { return l.ExpiresAt().After(exp) })
 	poll(t, 5*time.Second, "Observer.Renew called for it", func() bool { return n.Load() > 0 })
