@@ -238,9 +238,62 @@ func (g *group) settle(within time.Duration) map[string]string {
 		}
 		if time.Now().After(deadline) {
 			own, load, moving := g.ownership()
+			g.dump(own)
 			g.t.Fatalf("not settled within %v: %d of %d shards owned, loads %v, shown under two members %v", within, len(own), len(g.shards), load, moving)
 		}
 		<-tick.C
+	}
+}
+
+// dump logs what a group that did not settle shows: each member's owned
+// and target counts, and the server's rows of its members and of the
+// shards no member owns.
+func (g *group) dump(own map[string]string) {
+	g.mu.Lock()
+	ids := slices.Sorted(maps.Keys(g.members))
+	rs := maps.Clone(g.members)
+	g.mu.Unlock()
+	var free, names []string
+	for _, s := range g.shards {
+		if _, ok := own[s]; !ok {
+			free = append(free, s)
+			names = append(names, g.name+"#s:"+s)
+		}
+	}
+	// Each member's view of every member's share, and of who should take
+	// the shards nobody owns: members that disagree show here.
+	for _, id := range ids {
+		shares, takers := map[string]int{}, map[string][]string{}
+		for _, x := range ids {
+			t := rs[id].m.Target(x, ids)
+			shares[x] = len(t)
+			for _, s := range free {
+				if slices.Contains(t, s) {
+					takers[s] = append(takers[s], x)
+				}
+			}
+		}
+		g.t.Logf("member %s: owns %d; its view of the shares %v, of the free shards' takers %v", id, len(rs[id].m.Owned()), shares, takers)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := g.db.NewPool(g.t).Query(ctx, `select name, coalesce(owner::text, '-'), token, extract(epoch from expires_at - clock_timestamp()),
+		extract(epoch from renewed_at - acquired_at), coalesce(metadata::text, '')
+		from pglocks_leases where name like $1 || '#m:%' or name = any($2) order by name`, g.name, names)
+	if err != nil {
+		g.t.Logf("dump: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, owner, md string
+		var token int64
+		var left, held float64
+		if err := rows.Scan(&name, &owner, &token, &left, &held, &md); err != nil {
+			g.t.Logf("dump: %v", err)
+			return
+		}
+		g.t.Logf("row %s: owner %s token %d expires in %.3fs, renewed for %.3fs, metadata %s", name, owner, token, left, held, md)
 	}
 }
 
