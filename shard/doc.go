@@ -58,7 +58,12 @@
 // each to the member that last owned it, as this member last read, if
 // that member has room (so that a shard whose lease its owner lost goes
 // back to that owner, which is taking it again, rather than to another
-// member), then the rest by (shard, member) pairs, heaviest first. Every
+// member), then the rest by (shard, member) pairs, heaviest first. A
+// member forgets the last owner of a shard its reads have found free for
+// longer than TTL: members' memories can differ (one read the shard held,
+// another never did), and each could leave the shard to another; past
+// TTL they all plan it from the shared read and agree
+// (TestFreeShardDivergentMemories). Every
 // member ends with exactly its room, so loads differ by at most one, and
 // the target applied is its own target: a settled group stays put
 // (TestPlanBalanced).
@@ -187,7 +192,8 @@
 //     group. A lost lease — renewals late past the trust deadline, a lease
 //     broken by hand — is not a leave: its shard is free, its owner takes
 //     it again at once, and the others leave it to that owner, counting it
-//     as the owner's while they remember it as the last owner; only a
+//     as the owner's while they remember it as the last owner (for up
+//     to TTL of reads that find it free); only a
 //     member that has not read the group since the shard was last held
 //     (one that just joined) may take it instead (TestPlanConverges loses
 //     leases on the way and logs how many shards ended elsewhere: none in

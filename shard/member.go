@@ -35,6 +35,10 @@ type Member struct {
 	// for the membership under way.
 	seen, last map[string]string
 	wanted     map[string]bool
+	// freeSince is when each shard was first read free in the run of
+	// reads that found it free: one free for longer than TTL loses its
+	// last owner (see forgetStale).
+	freeSince map[string]time.Time
 }
 
 // New checks cfg and returns a Member. It does not touch the database.
@@ -246,7 +250,7 @@ func (m *Member) membership(ctx context.Context, fn func(context.Context, Shard)
 	defer func() {
 		stop()
 		m.mu.Lock()
-		m.seen, m.last, m.wanted = nil, nil, nil // the next membership reads afresh
+		m.seen, m.last, m.wanted, m.freeSince = nil, nil, nil, nil // the next membership reads afresh
 		m.mu.Unlock()
 		if ctx.Err() != nil || row.Context().Err() == nil {
 			leave(ErrLeft)

@@ -93,6 +93,7 @@ func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 		m.last = map[string]string{}
 	}
 	maps.Copy(m.last, v.owners)
+	m.forgetStale(shards, v.owners, readAt)
 	owners := m.ownersLocked()
 	last := maps.Clone(m.last)
 	m.mu.Unlock()
@@ -117,6 +118,35 @@ func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 	m.mu.Unlock()
 	slices.Sort(want)
 	*r = rest{settled: settled, at: time.Now(), gen: gen, rows: v.rows, target: want}
+}
+
+// forgetStale forgets the last owner of every shard that the reads have
+// found free for longer than TTL, from the read at now. The last owner is
+// each member's own memory, not the group's: members that remember a free
+// shard's last owner differently (one read it held, another never did)
+// may each leave it to another, and nobody would take it. A lease its
+// owner lost is taken again well within TTL; past that, every member
+// plans the shard from the shared read alone, and they agree. m.mu is
+// held.
+func (m *Member) forgetStale(shards []string, owners map[string]string, now time.Time) {
+	var free map[string]time.Time // the shards of the set read free, since when
+	for _, s := range shards {
+		if _, ok := owners[s]; ok {
+			continue
+		}
+		since, ok := m.freeSince[s]
+		if !ok {
+			since = now
+		}
+		if free == nil {
+			free = map[string]time.Time{}
+		}
+		free[s] = since
+		if now.Sub(since) > m.cfg.TTL {
+			delete(m.last, s)
+		}
+	}
+	m.freeSince = free
 }
 
 func (m *Member) readFailed(ctx context.Context, err error) {
