@@ -59,11 +59,11 @@
 // that member has room (so that a shard whose lease its owner lost goes
 // back to that owner, which is taking it again, rather than to another
 // member), then the rest by (shard, member) pairs, heaviest first. A
-// member forgets the last owner of a shard its reads have found free for
-// longer than TTL: members' memories can differ (one read the shard held,
-// another never did), and each could leave the shard to another; past
-// TTL they all plan it from the shared read and agree
-// (TestFreeShardDivergentMemories). Every
+// member forgets another member as the last owner of a shard its reads
+// have found free for longer than TTL: members' memories can differ (one
+// read the shard held, another never did), and each could leave the
+// shard to another; past TTL they plan it from the shared read, and it
+// is taken (TestFreeShardDivergentMemories). Every
 // member ends with exactly its room, so loads differ by at most one, and
 // the target applied is its own target: a settled group stays put
 // (TestPlanBalanced).
@@ -192,10 +192,10 @@
 //     group. A lost lease — renewals late past the trust deadline, a lease
 //     broken by hand — is not a leave: its shard is free, its owner takes
 //     it again at once, and the others leave it to that owner, counting it
-//     as the owner's while they remember it as the last owner (for up
-//     to TTL of reads that find it free); only a
+//     as the owner's while they remember it as the last owner; only a
 //     member that has not read the group since the shard was last held
-//     (one that just joined) may take it instead (TestPlanConverges loses
+//     (one that just joined), or any member once its reads have found the
+//     shard free for longer than TTL, may take it instead (TestPlanConverges loses
 //     leases on the way and logs how many shards ended elsewhere: none in
 //     its runs). A member whose row
 //     is lost leaves and joins again: its shards spread over the others,
@@ -219,6 +219,8 @@
 //     whole group ("<Group>#", M + N rows, 100 to 400 times the server
 //     time of the member rows for 1,000 shards: TestRestCost). Either
 //     scans the whole lease table. A shard whose owner fails to take it again after
-//     losing its lease (and keeps its member row) stays unowned: the
-//     others leave it to that owner.
+//     losing its lease (and keeps its member row) is left to that owner,
+//     which keeps trying, until the others' reads have found it free for
+//     longer than TTL; a member at rest does not read it until its next
+//     whole read (at most 10 TTLs later).
 package shard

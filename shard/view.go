@@ -120,14 +120,16 @@ func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 	*r = rest{settled: settled, at: time.Now(), gen: gen, rows: v.rows, target: want}
 }
 
-// forgetStale forgets the last owner of every shard that the reads have
-// found free for longer than TTL, from the read at now. The last owner is
-// each member's own memory, not the group's: members that remember a free
-// shard's last owner differently (one read it held, another never did)
-// may each leave it to another, and nobody would take it. A lease its
-// owner lost is taken again well within TTL; past that, every member
-// plans the shard from the shared read alone, and they agree. m.mu is
-// held.
+// forgetStale forgets another member as the last owner of every shard
+// that the reads have found free for longer than TTL, from the read at
+// now. The last owner is each member's own memory, not the group's:
+// members that remember a free shard's last owner differently (one read
+// it held, another never did) may each leave it to another, and nobody
+// would take it. Past TTL the others plan the shard from the shared read.
+// A member that remembers itself as the last owner keeps that memory: it
+// wants the shard back (it is over its base or has room for it), so
+// either takes it or plans as the others do; and the owner of a lost
+// lease goes on taking it again however long that takes. m.mu is held.
 func (m *Member) forgetStale(shards []string, owners map[string]string, now time.Time) {
 	var free map[string]time.Time // the shards of the set read free, since when
 	for _, s := range shards {
@@ -142,7 +144,7 @@ func (m *Member) forgetStale(shards []string, owners map[string]string, now time
 			free = map[string]time.Time{}
 		}
 		free[s] = since
-		if now.Sub(since) > m.cfg.TTL {
+		if now.Sub(since) > m.cfg.TTL && m.last[s] != m.cfg.Identity {
 			delete(m.last, s)
 		}
 	}
