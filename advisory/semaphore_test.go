@@ -104,6 +104,9 @@ func TestSemaphorePermitLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-p.Lost()
+	// The Context ends right after Lost closes (the same callback cancels
+	// it next), not before: wait for it (CI read a nil cause once).
+	<-p.Context().Done()
 	if !errors.Is(p.Err(), advisory.ErrLost) || !errors.Is(context.Cause(p.Context()), advisory.ErrLost) {
 		t.Fatalf("Err = %v, want ErrLost", p.Err())
 	}
