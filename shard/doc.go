@@ -59,12 +59,13 @@
 // that member has room (so that a shard whose lease its owner lost goes
 // back to that owner, which is taking it again, rather than to another
 // member), then the rest by (shard, member) pairs, heaviest first. A
-// member forgets another member as the last owner of a shard its reads
-// have found free for longer than TTL: members' memories can differ (one
-// read the shard held, another never did), and each could leave the
-// shard to another; past TTL they plan it from the shared read, and it
-// is taken (TestFreeShardDivergentMemories). Every
-// member ends with exactly its room, so loads differ by at most one, and
+// member forgets the last owner of a shard its reads have found unowned
+// for longer than TTL — another member always, itself only when a
+// non-member holds the shard's lease: members' memories can differ (one
+// read the shard held, another never did), and each could leave a free
+// shard to another; past TTL they plan from the shared read, and it is
+// taken (TestFreeShardDivergentMemories, TestFreeShardBesideStranger).
+// Every member ends with exactly its room, so loads differ by at most one, and
 // the target applied is its own target: a settled group stays put
 // (TestPlanBalanced).
 //

@@ -2,6 +2,8 @@ package shard
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -118,20 +120,46 @@ func waitOwned(t *testing.T, ds map[string]driven) {
 	}
 }
 
-// TestLastOwnerKeepsItsClaim: a member that lost a shard's lease and
-// cannot take it again (here a lease without a member's metadata, as an
-// older pglocks or a hand-made one holds it, keeps it) goes on wanting it
-// however long its reads find it free: it forgets other members as a free
-// shard's last owner after TTL, never itself, so its claim to the room
-// for one more stands.
-func TestLastOwnerKeepsItsClaim(t *testing.T) {
+// TestForgetStaleRule: a member forgets the last owner of a shard read
+// unowned for longer than TTL — another member always, itself only when
+// the shard's lease is held by a non-member — and nothing read unowned
+// for less.
+func TestForgetStaleRule(t *testing.T) {
+	m := &Member{cfg: Config{Identity: "o", TTL: time.Second}}
+	shards := []string{"c", "d", "e", "f"}
+	now := time.Now()
+	m.last = map[string]string{"c": "o", "d": "h", "e": "o", "f": "h"}
+	old := now.Add(-2 * time.Second)
+	m.freeSince = map[string]time.Time{"c": old, "d": old, "e": old}
+	m.forgetStale(shards, view{owners: map[string]string{}, taken: map[string]bool{"e": true}}, now)
+	if want := map[string]string{"c": "o", "f": "h"}; !maps.Equal(m.last, want) {
+		t.Errorf("last = %v, want %v (c: its own, free; f: unowned for no time yet)", m.last, want)
+	}
+	if !m.freeSince["f"].Equal(now) || !m.freeSince["c"].Equal(old) {
+		t.Errorf("freeSince = %v", m.freeSince)
+	}
+	m.forgetStale(shards, view{owners: map[string]string{"c": "o", "d": "h", "e": "h", "f": "h"}}, now)
+	if len(m.freeSince) != 0 {
+		t.Errorf("freeSince = %v after a read of every shard owned", m.freeSince)
+	}
+}
+
+// TestFreeShardBesideStranger: a shard held by a non-member (c: a lease
+// without a member's metadata, as an older pglocks or a hand-made one
+// holds it) that one member remembers as its own must not stall another
+// free shard (d). o, which remembers c, claims the room for two and plans
+// d to h; h, which does not, gives that room to o by the fixed order and
+// plans d to o: nobody takes d. Once c has been unowned for longer than
+// TTL, o forgets it too, and both plan from the shared read: d is taken.
+// The names are chosen, by the rule itself, so that the two plans cross.
+func TestFreeShardBesideStranger(t *testing.T) {
 	t.Parallel()
-	const ttl = 2 * time.Second
+	const ttl = 3 * time.Second
+	shards := []string{"a", "b", "c", "d"}
+	h, o := crossed(t, shards)
 	db := pgtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	shards := []string{"a", "b", "c"}
-	h, o := winner(shards)
 	st, err := lease.New(db.NewPool(t), lease.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -145,14 +173,41 @@ func TestLastOwnerKeepsItsClaim(t *testing.T) {
 	ro.m.last = map[string]string{"c": o} // o held c last
 	ro.m.mu.Unlock()
 	waitOwned(t, map[string]driven{"a": rh, "b": ro})
-	for begin := time.Now(); time.Since(begin) < 2*ttl; <-time.After(50 * time.Millisecond) {
+	begin := time.Now()
+	for i := 0; ; i++ {
 		rh.m.reconcile(ctx, rh.row, rh.o)
 		ro.m.reconcile(ctx, ro.row, ro.o)
+		both := []string{h, o}
+		if i == 0 && (!slices.Contains(ro.m.Target(h, both), "d") || !slices.Contains(rh.m.Target(o, both), "d")) {
+			t.Fatalf("o plans %v for h, h plans %v for o; want d in both", ro.m.Target(h, both), rh.m.Target(o, both))
+		}
+		if own := append(rh.m.Owned(), ro.m.Owned()...); slices.Contains(own, "d") {
+			t.Logf("d taken after %v (TTL %v): h owns %v, o %v", time.Since(begin).Round(time.Millisecond), ttl, rh.m.Owned(), ro.m.Owned())
+			return
+		}
+		if time.Since(begin) > 5*ttl {
+			t.Fatalf("d still free after %v (TTL %v): h owns %v, o %v; member rows: h %v, o %v",
+				time.Since(begin), ttl, rh.m.Owned(), ro.m.Owned(), rh.row.Err(), ro.row.Err())
+		}
+		<-time.After(50 * time.Millisecond) // the members' poll
 	}
-	if want := ro.m.Target(o, []string{h, o}); !slices.Contains(want, "c") {
-		t.Fatalf("o's target after 2 TTLs of c held by a stranger: %v, want c in it", want)
+}
+
+// crossed returns identities h and o for which, with h owning a and o
+// owning b of shards (a, b, c, d) and c and d free, o's plan with c
+// remembered as its own gives d to h, and h's plan with no memory gives d
+// to o.
+func crossed(t *testing.T, shards []string) (h, o string) {
+	for i := range 100 {
+		h, o := fmt.Sprintf("h%d", i), fmt.Sprintf("o%d", i)
+		members := memberSet([]string{h, o})
+		owners := map[string]string{"a": h, "b": o}
+		byO := targets(shards, members, owners, map[string]string{"c": o})
+		byH := targets(shards, members, owners, nil)
+		if byO[3] == h && byH[3] == o {
+			return h, o
+		}
 	}
-	if ro.o.want["c"] == nil {
-		t.Fatal("o no longer tries to take c")
-	}
+	t.Fatal("no identities whose plans cross")
+	return "", ""
 }

@@ -39,6 +39,8 @@ type view struct {
 	// A shard held by anyone else — a member that died or left, a
 	// membership that ended — is absent: free for the assignment.
 	owners map[string]string
+	// taken lists the shards whose lease is held, by anyone.
+	taken map[string]bool
 }
 
 // rest is what a member remembers of its last read of the whole group,
@@ -93,7 +95,7 @@ func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 		m.last = map[string]string{}
 	}
 	maps.Copy(m.last, v.owners)
-	m.forgetStale(shards, v.owners, readAt)
+	m.forgetStale(shards, v, readAt)
 	owners := m.ownersLocked()
 	last := maps.Clone(m.last)
 	m.mu.Unlock()
@@ -120,20 +122,24 @@ func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 	*r = rest{settled: settled, at: time.Now(), gen: gen, rows: v.rows, target: want}
 }
 
-// forgetStale forgets another member as the last owner of every shard
-// that the reads have found free for longer than TTL, from the read at
-// now. The last owner is each member's own memory, not the group's:
-// members that remember a free shard's last owner differently (one read
-// it held, another never did) may each leave it to another, and nobody
-// would take it. Past TTL the others plan the shard from the shared read.
-// A member that remembers itself as the last owner keeps that memory: it
-// wants the shard back (it is over its base or has room for it), so
-// either takes it or plans as the others do; and the owner of a lost
-// lease goes on taking it again however long that takes. m.mu is held.
-func (m *Member) forgetStale(shards []string, owners map[string]string, now time.Time) {
-	var free map[string]time.Time // the shards of the set read free, since when
+// forgetStale forgets the last owner of every shard that the reads of v
+// and before have found unowned for longer than TTL, from the read at now,
+// unless that owner is this member and the shard's lease is free. The
+// last owner is each member's own memory, not the group's: members that
+// remember an unowned shard's last owner differently (one read it held,
+// another never did) may each leave it to another, and nobody would take
+// it. Past TTL the members plan the shard from the shared read. A member
+// that remembers itself as the last owner of a free lease keeps that
+// memory: it wants the shard back (it is over its base or has room for
+// it), so it takes it, and the owner of a lost lease goes on taking it
+// again however long that takes; of a lease held by a non-member it
+// forgets too, or its claim to a shard it cannot take would stand while
+// the others, having forgotten it, give it the room for another shard
+// that it would not want. m.mu is held.
+func (m *Member) forgetStale(shards []string, v view, now time.Time) {
+	var free map[string]time.Time // the shards of the set read unowned, since when
 	for _, s := range shards {
-		if _, ok := owners[s]; ok {
+		if _, ok := v.owners[s]; ok {
 			continue
 		}
 		since, ok := m.freeSince[s]
@@ -144,7 +150,7 @@ func (m *Member) forgetStale(shards []string, owners map[string]string, now time
 			free = map[string]time.Time{}
 		}
 		free[s] = since
-		if now.Sub(since) > m.cfg.TTL && m.last[s] != m.cfg.Identity {
+		if now.Sub(since) > m.cfg.TTL && (m.last[s] != m.cfg.Identity || v.taken[s]) {
 			delete(m.last, s)
 		}
 	}
@@ -178,7 +184,7 @@ func (m *Member) readView(ctx context.Context, row *lease.Lease, prefix string) 
 // "<group>#…" is this group's, and no other group's.
 func parseView(group string, infos []lease.Info) view {
 	held := map[string]holder{}
-	v := view{rows: map[string]int64{}, owners: map[string]string{}}
+	v := view{rows: map[string]int64{}, owners: map[string]string{}, taken: map[string]bool{}}
 	for _, i := range infos {
 		rest, ok := strings.CutPrefix(i.Name, group+"#")
 		if !ok || !i.Held {
@@ -188,6 +194,7 @@ func parseView(group string, infos []lease.Info) view {
 			v.rows[id] = i.Token
 			v.members = append(v.members, id) // ListPrefix orders by name
 		} else if s, ok := strings.CutPrefix(rest, "s:"); ok {
+			v.taken[s] = true
 			var h holder
 			// A lease without this metadata (taken by another version of
 			// this package, or by hand) has no owner the rule knows of.
