@@ -130,12 +130,13 @@ func (m *Member) reconcile(ctx context.Context, row *lease.Lease, o *owners) {
 // another never did) may each leave it to another, and nobody would take
 // it. Past TTL the members plan the shard from the shared read. A member
 // that remembers itself as the last owner of a free lease keeps that
-// memory: it wants the shard back (it is over its base or has room for
-// it), so it takes it, and the owner of a lost lease goes on taking it
-// again however long that takes; of a lease held by a non-member it
-// forgets too, or its claim to a shard it cannot take would stand while
-// the others, having forgotten it, give it the room for another shard
-// that it would not want. m.mu is held.
+// memory, so that the owner of a lost lease goes on taking it again
+// however long that takes: its plan gives the shard back to it if it has
+// room, and if it has none its plan is the others' (its claim changes
+// no member's room). Of a lease held by a non-member it forgets itself
+// too, or its claim to a shard it cannot take would stand while the
+// others, having forgotten it, give it the room for another shard that
+// it would not want. m.mu is held.
 func (m *Member) forgetStale(shards []string, v view, now time.Time) {
 	var free map[string]time.Time // the shards of the set read unowned, since when
 	for _, s := range shards {
