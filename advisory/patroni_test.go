@@ -5,43 +5,14 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/patronienv"
 	"github.com/pglocks/pglocks/pgtest"
 )
-
-// patroniRuns is how many faults of each kind a Patroni test injects:
-// PGLOCKS_PATRONI_RUNS, 1 if unset. The tests are opt-in
-// (PGLOCKS_PATRONI=1): a cluster starts in some 30 s and a dead or cut-off
-// primary is replaced after the leader key's TTL (20 s).
-func patroniRuns(t *testing.T) int {
-	t.Helper()
-	if os.Getenv("PGLOCKS_PATRONI") != "1" {
-		t.Skip("Patroni tests are opt-in: set PGLOCKS_PATRONI=1")
-	}
-	n, err := strconv.Atoi(os.Getenv("PGLOCKS_PATRONI_RUNS"))
-	if err != nil || n <= 0 {
-		return 1
-	}
-	return n
-}
-
-// faultsWanted returns faults, or those of them named in
-// PGLOCKS_PATRONI_FAULTS (a comma-separated list, e.g. "partition").
-func faultsWanted(faults ...pgtest.PatroniFault) []pgtest.PatroniFault {
-	want := os.Getenv("PGLOCKS_PATRONI_FAULTS")
-	if want == "" {
-		return faults
-	}
-	return slices.DeleteFunc(faults, func(f pgtest.PatroniFault) bool {
-		return !slices.Contains(strings.Split(want, ","), string(f))
-	})
-}
 
 // TestPatroniFailover moves the primary of a real Patroni cluster
 // (synchronous mode, 2 nodes) while one Locker holds a lock and another
@@ -55,8 +26,8 @@ func faultsWanted(faults ...pgtest.PatroniFault) []pgtest.PatroniFault {
 // there to the waiter's acquisition (ours), p50 and max over the runs, and
 // when the holder heard of its loss. PGLOCKS_PATRONI_FAULTS picks faults.
 func TestPatroniFailover(t *testing.T) {
-	runs := patroniRuns(t)
-	lockThroughPatroni(t, pgtest.PatroniOptions{}, runs, faultsWanted(
+	runs := patronienv.Runs(t, 1)
+	lockThroughPatroni(t, pgtest.PatroniOptions{}, runs, patronienv.Faults(
 		pgtest.FaultSwitchover, pgtest.FaultKillPostmaster, pgtest.FaultKillNode, pgtest.FaultPartition))
 }
 
@@ -65,8 +36,8 @@ func TestPatroniFailover(t *testing.T) {
 // gone accepts no write until it returns): SIGKILL of the postmaster and
 // the partition unless PGLOCKS_PATRONI_FAULTS says otherwise.
 func TestPatroniFailoverStrict(t *testing.T) {
-	runs := patroniRuns(t)
-	lockThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, runs, faultsWanted(
+	runs := patronienv.Runs(t, 1)
+	lockThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, runs, patronienv.Faults(
 		pgtest.FaultKillPostmaster, pgtest.FaultPartition))
 }
 

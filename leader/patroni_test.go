@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/internal/patronienv"
 	"github.com/pglocks/pglocks/leader"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
@@ -64,28 +63,8 @@ func TestPatroniLeaderStrict(t *testing.T) {
 	leaderThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, pgtest.FaultKillPostmaster, pgtest.FaultPartition)
 }
 
-// patroniSettings skips t unless PGLOCKS_PATRONI=1, and returns the runs
-// per fault (PGLOCKS_PATRONI_RUNS, 1 if unset) and faults, or those of
-// them PGLOCKS_PATRONI_FAULTS names.
-func patroniSettings(t *testing.T, faults []pgtest.PatroniFault) (int, []pgtest.PatroniFault) {
-	t.Helper()
-	if os.Getenv("PGLOCKS_PATRONI") != "1" {
-		t.Skip("Patroni tests are opt-in: set PGLOCKS_PATRONI=1")
-	}
-	runs := 1
-	if n, err := strconv.Atoi(os.Getenv("PGLOCKS_PATRONI_RUNS")); err == nil && n > 0 {
-		runs = n
-	}
-	if want := os.Getenv("PGLOCKS_PATRONI_FAULTS"); want != "" {
-		faults = slices.DeleteFunc(faults, func(f pgtest.PatroniFault) bool {
-			return !slices.Contains(strings.Split(want, ","), string(f))
-		})
-	}
-	return runs, faults
-}
-
 func leaderThroughPatroni(t *testing.T, o pgtest.PatroniOptions, faults ...pgtest.PatroniFault) {
-	runs, faults := patroniSettings(t, faults)
+	runs, faults := patronienv.Runs(t, 1), patronienv.Faults(faults...)
 	p := pgtest.NewPatroni(t, o)
 	pool := pgtest.NewPool(t, patroniDSN(p))
 	prepareFenced(t, pool)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglocks/pglocks/internal/patronienv"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
@@ -38,9 +39,9 @@ import (
 // to the waiter's (ours: the difference), p50 and max, and the tokens that
 // were or will be handed out twice. PGLOCKS_PATRONI_FAULTS picks faults.
 func TestPatroniLeaseFailover(t *testing.T) {
-	runs := patroniRuns(t)
+	runs := patronienv.Runs(t, 1)
 	leaseThroughPatroni(t, pgtest.PatroniOptions{}, runs, true,
-		faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong)))
+		patronienv.Faults(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong)...))
 }
 
 // TestPatroniLeaseStrict is TestPatroniLeaseFailover under
@@ -48,8 +49,8 @@ func TestPatroniLeaseFailover(t *testing.T) {
 // gone accepts no write until it returns): the faults but the pauses,
 // or those PGLOCKS_PATRONI_FAULTS names. No token may be reissued.
 func TestPatroniLeaseStrict(t *testing.T) {
-	runs := patroniRuns(t)
-	leaseThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, runs, true, faultsWanted(patroniFaults))
+	runs := patronienv.Runs(t, 1)
+	leaseThroughPatroni(t, pgtest.PatroniOptions{Strict: true, Nodes: 3}, runs, true, patronienv.Faults(patroniFaults...))
 }
 
 // TestPatroniLeaseAsync is TestPatroniLeaseFailover without synchronous
@@ -58,9 +59,9 @@ func TestPatroniLeaseStrict(t *testing.T) {
 // counts those reissues and fails on none of them: it measures what the
 // documentation says of asynchronous replicas.
 func TestPatroniLeaseAsync(t *testing.T) {
-	runs := patroniRuns(t)
+	runs := patronienv.Runs(t, 1)
 	leaseThroughPatroni(t, pgtest.PatroniOptions{Async: true}, runs, false,
-		faultsWanted(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong)))
+		patronienv.Faults(append(slices.Clone(patroniFaults), pgtest.FaultPause, pgtest.FaultPauseLong)...))
 }
 
 func leaseThroughPatroni(t *testing.T, o pgtest.PatroniOptions, runs int, strict bool, faults []pgtest.PatroniFault) {

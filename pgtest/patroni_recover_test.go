@@ -3,11 +3,11 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
+
+	"github.com/pglocks/pglocks/internal/patronienv"
 )
 
 // TestPatroniRecoverSettles plays faults on a synchronous and an
@@ -21,13 +21,7 @@ import (
 // that Recover did not wait for would. Opt-in: PGLOCKS_PATRONI=1;
 // PGLOCKS_PATRONI_RUNS runs per fault (2).
 func TestPatroniRecoverSettles(t *testing.T) {
-	if os.Getenv("PGLOCKS_PATRONI") != "1" {
-		t.Skip("Patroni tests are opt-in: set PGLOCKS_PATRONI=1")
-	}
-	runs := 2
-	if n, err := strconv.Atoi(os.Getenv("PGLOCKS_PATRONI_RUNS")); err == nil && n > 0 {
-		runs = n
-	}
+	runs := patronienv.Runs(t, 2)
 	for _, async := range []bool{false, true} {
 		t.Run(fmt.Sprint("async=", async), func(t *testing.T) {
 			p := NewPatroni(t, PatroniOptions{Async: async})
