@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sys/unix"
+	"github.com/pglocks/pglocks/internal/routetest"
 )
 
 // TestPatroniPartition proves FaultPartition by what the other side of
@@ -122,16 +122,7 @@ func silentPeerConn(t *testing.T, ctx context.Context, p *Patroni, node string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &net.Dialer{
-		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: time.Second, Interval: time.Second, Count: 3},
-		Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, 3000)
-			})
-			return errors.Join(err, serr)
-		},
-	}
+	d := routetest.Impatient(3 * time.Second)
 	var sock *firstErrConn
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
