@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglocks/pglocks"
 	"github.com/pglocks/pglocks/advisory"
+	"github.com/pglocks/pglocks/internal/routetest"
 	"github.com/pglocks/pglocks/pgtest"
 )
 
@@ -23,16 +24,7 @@ func silentFirstHost(t *testing.T, db *pgtest.DB, dsn string) string {
 	t.Helper()
 	p, _ := db.Proxy(t)
 	p.Blackhole()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.Addr() + "," + u.Host
-	q := u.Query()
-	q.Set("connect_timeout", "2")
-	q.Set("target_session_attrs", "read-write")
-	u.RawQuery = q.Encode()
-	return u.String()
+	return routetest.FirstHost(t, dsn, p.Addr(), map[string]string{"connect_timeout": "2", "target_session_attrs": "read-write"})
 }
 
 // TestSilentFirstHost: a multi-host DSN whose first host is silent (a

@@ -1,9 +1,10 @@
 package leader_test
 
 import (
-	"net/url"
 	"testing"
 	"time"
+
+	"github.com/pglocks/pglocks/internal/routetest"
 )
 
 // TestSilentFirstHost: candidates whose DSN lists first a host that
@@ -18,19 +19,11 @@ func TestSilentFirstHost(t *testing.T) {
 	db := setup(t)
 	p, _ := db.Proxy(t)
 	p.Blackhole()
-	u, err := url.Parse(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.Addr() + "," + u.Host
-	q := u.Query()
-	q.Set("connect_timeout", "2")
-	q.Set("target_session_attrs", "read-write")
-	u.RawQuery = q.Encode()
+	dsn := routetest.FirstHost(t, db.DSN, p.Addr(), map[string]string{"connect_timeout": "2", "target_session_attrs": "read-write"})
 	elected := make(chan event, 100)
 	start := time.Now()
 	for _, id := range []string{"a", "b", "c"} {
-		startCandidateTo(t, newReplica(t, u.String()), "silent-first-host", id, nil, elected)
+		startCandidateTo(t, newReplica(t, dsn), "silent-first-host", id, nil, elected)
 	}
 	ev := waitEvent(t, elected, "a leader behind a silent first host")
 	t.Logf("%s elected in term %d after %v", ev.who, ev.term.Number, time.Since(start))

@@ -2,10 +2,10 @@ package lease_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
+	"github.com/pglocks/pglocks/internal/routetest"
 	"github.com/pglocks/pglocks/lease"
 	"github.com/pglocks/pglocks/pgtest"
 )
@@ -28,16 +28,9 @@ func TestWaiterAfterSilence(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := db.Proxy(t)
-	u, err := url.Parse(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.Addr() + "," + u.Host // through the proxy while it passes
-	q := u.Query()
-	q.Set("connect_timeout", "2")
-	q.Set("application_name", "silent-waiter")
-	u.RawQuery = q.Encode()
-	waiter := newStore(t, pgtest.NewPool(t, u.String()), lease.Config{})
+	// Through the proxy while it passes.
+	dsn := routetest.FirstHost(t, db.DSN, p.Addr(), map[string]string{"connect_timeout": "2", "application_name": "silent-waiter"})
+	waiter := newStore(t, pgtest.NewPool(t, dsn), lease.Config{})
 
 	const ttl = 3 * time.Second
 	held, err := holder.Acquire(ctx, "silent", ttl, lease.WithKeepAlive())

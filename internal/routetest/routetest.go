@@ -9,8 +9,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/url"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,4 +54,22 @@ func Impatient(userTimeout time.Duration) *net.Dialer {
 			return errors.Join(err, serr)
 		},
 	}
+}
+
+// FirstHost returns dsn, a URL, with addr listed before its hosts and the
+// query parameters of set set (connect_timeout, say). It fails t on a dsn
+// that is no URL.
+func FirstHost(t testing.TB, dsn, addr string, set map[string]string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr + "," + u.Host
+	q := u.Query()
+	for k, v := range set {
+		q.Set(k, v)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
